@@ -1,0 +1,64 @@
+# Two entry points do all set-up on a fresh machine:
+#   make demo   virtualenv + wheel + the main job on ./demo-store
+#   make test   virtualenv + wheel + lint + every test suite + quick benchmarks
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+DEPS   := $(VENV)/.deps-installed
+WHEEL  := $(VENV)/.wheel-installed
+STORE  ?= ./demo-store
+# Rust and Python sources that go into the wheel.
+SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name 'Cargo.toml' \) 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
+
+.PHONY: demo test wheel lint rust-test py-test bench bench-quick fmt clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(DEPS): requirements-dev.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+# Build a release wheel and install it into the virtualenv: tests and the demo use the
+# installed package, never the source tree.
+$(WHEEL): $(DEPS) $(SOURCES)
+	rm -rf dist
+	$(BIN)/maturin build --release --quiet --out dist --interpreter $(BIN)/python
+	$(BIN)/python -m pip install --quiet --force-reinstall --no-deps dist/rmqstore-*.whl
+	touch $@
+
+wheel: $(WHEEL)
+
+demo: $(WHEEL)
+	$(BIN)/python -m rmqstore.demo $(STORE)
+
+lint: $(WHEEL)
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(BIN)/ruff check python tests benches
+	$(BIN)/ruff format --check python tests benches
+	$(BIN)/mypy
+	$(BIN)/python -m mypy.stubtest rmqstore._rmqstore
+
+rust-test:
+	cargo test --workspace --quiet
+
+py-test: $(WHEEL)
+	$(BIN)/pytest -q tests
+
+bench-quick: $(WHEEL)
+	$(BIN)/python benches/run.py --quick
+
+bench: $(WHEEL)
+	$(BIN)/python benches/run.py
+
+test: lint rust-test py-test bench-quick
+
+fmt:
+	cargo fmt --all
+	$(BIN)/ruff format python tests benches
+	$(BIN)/ruff check --fix python tests benches
+
+clean:
+	rm -rf dist $(VENV) target .pytest_cache .ruff_cache .mypy_cache

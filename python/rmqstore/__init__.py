@@ -1,0 +1,39 @@
+"""rmqstore: a durable, fast local message log in Apache RocketMQ's on-disk format.
+
+Produce by topic and queue, read back by offset; the files are the ones a RocketMQ broker writes
+and reads. The engine is Rust (``rmqstore._rmqstore``); this package orchestrates it.
+"""
+
+from __future__ import annotations
+
+from ._rmqstore import Message, MessageExt, PutMessageResult, __version__
+from .config import StoreConfig
+from .enums import FlushDiskType, PutMessageStatus
+from .errors import (
+    InvalidArgumentError,
+    RmqStoreError,
+    StoreClosedError,
+    StoreConfigError,
+    StoreCorruptedError,
+    StoreIOError,
+    StoreLockedError,
+)
+from .store import MessageStore
+
+__all__ = [
+    "FlushDiskType",
+    "InvalidArgumentError",
+    "Message",
+    "MessageExt",
+    "MessageStore",
+    "PutMessageResult",
+    "PutMessageStatus",
+    "RmqStoreError",
+    "StoreClosedError",
+    "StoreConfig",
+    "StoreConfigError",
+    "StoreCorruptedError",
+    "StoreIOError",
+    "StoreLockedError",
+    "__version__",
+]

@@ -1,0 +1,89 @@
+"""Background services of a store, as Python threads (RocketMQ's ``ServiceThread``s).
+
+Python owns their lifecycle, pacing and logging; each round of real work is one call into the
+Rust core with the GIL released. Later layers add flush, commit, reput/dispatch, clean and
+schedule services on the same base.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._rmqstore import Store
+
+__all__ = ["AllocateMappedFileService", "ServiceThread"]
+
+log = logging.getLogger("rmqstore.services")
+
+
+class ServiceThread:
+    """A named daemon thread that calls :meth:`run_once` until stopped or it says it is done."""
+
+    name = "ServiceThread"
+
+    def __init__(self) -> None:
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failure: BaseException | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError(f"{self.name} already started")
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        log.debug("%s started", self.name)
+        try:
+            while not self._stopped.is_set():
+                if not self.run_once():
+                    break
+        except BaseException as exc:  # a service must never die silently
+            self.failure = exc
+            log.exception("%s stopped on an error", self.name)
+        log.debug("%s stopped", self.name)
+
+    def run_once(self) -> bool:
+        """One round of work; return False to end the thread."""
+        raise NotImplementedError
+
+    def signal_stop(self) -> None:
+        """Asks the thread to end after its current round."""
+        self._stopped.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+
+class AllocateMappedFileService(ServiceThread):
+    """Creates the next commitlog segment before it is needed, warms it when configured, and
+    releases the ``mlock`` of full segments (``AllocateMappedFileService``)."""
+
+    name = "AllocateMappedFileService"
+
+    #: How long one Rust call waits for a request before coming back to check for stop.
+    poll_ms = 200
+
+    def __init__(self, core: Store) -> None:
+        super().__init__()
+        self._core = core
+        self.allocated = 0
+        self.unlocked = 0
+
+    def start(self) -> None:
+        self._core.attach_allocation_service()
+        super().start()
+
+    def run_once(self) -> bool:
+        allocated, unlocked, stopped = self._core.allocation_service_step(self.poll_ms)
+        self.allocated += allocated
+        self.unlocked += unlocked
+        return not stopped

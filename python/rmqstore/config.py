@@ -1,0 +1,113 @@
+"""Store settings: Apache RocketMQ's ``MessageStoreConfig`` names in snake_case, with its defaults.
+
+Only the settings the store acts on are here; each is checked when the config is built, and a
+bad value raises :class:`rmqstore.errors.StoreConfigError` (a ``ValueError``) naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+from typing import Any
+
+from .enums import FlushDiskType
+from .errors import StoreConfigError
+
+__all__ = ["StoreConfig"]
+
+_GiB = 1024 * 1024 * 1024
+_MiB = 1024 * 1024
+_I32_MAX = 2**31 - 1
+
+
+def _bad(setting: str, problem: str) -> StoreConfigError:
+    """The error for a bad value of ``setting``; the message starts with the setting's name."""
+    return StoreConfigError(f"{setting}: {problem}", setting)
+
+
+def _check_int(name: str, value: object, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(name, f"must be an int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise _bad(name, f"must be between {lo} and {hi}, got {value}")
+
+
+def _check_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise _bad(name, f"must be a bool, got {type(value).__name__}")
+
+
+def _check_host(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise _bad(name, f"must be a str like '10.0.0.1:10911'")
+    host, sep, port = value.rpartition(":")
+    ok = bool(sep) and port.isdigit() and 0 <= int(port) <= 65535
+    if ok:
+        try:
+            ipaddress.ip_address(host[1:-1] if host.startswith("[") else host)
+        except ValueError:
+            ok = False
+    if ok and ":" in host and not host.startswith("["):
+        ok = False
+    if not ok:
+        raise _bad(name, f"must be 'ip:port' (IPv6 as '[::1]:10911'), got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoreConfig:
+    """Settings of a :class:`rmqstore.MessageStore` (STORE_SPEC §16 names, snake_case)."""
+
+    #: ``mappedFileSizeCommitLog``: bytes per commitlog segment (1 GiB). A store must be
+    #: reopened, and read by RocketMQ, with the size it was written with.
+    mapped_file_size_commit_log: int = _GiB
+    #: ``maxMessageSize``: largest body in bytes (4 MiB); a record may exceed it by 64 KiB.
+    max_message_size: int = 4 * _MiB
+    #: ``flushDiskType``: ``"ASYNC_FLUSH"`` or ``"SYNC_FLUSH"``.
+    flush_disk_type: str = FlushDiskType.ASYNC_FLUSH.value
+    #: ``warmMapedFileEnable``: pre-fault and ``mlock`` each new commitlog segment.
+    warm_mapped_file_enable: bool = False
+    #: ``flushLeastPagesWhenWarmMapedFile``: pages between forces while warming in SYNC_FLUSH.
+    flush_least_pages_when_warm_mapped_file: int = 1024 // 4 * 16
+    #: ``checkCRCOnRecover``: verify body CRCs when recovering at open.
+    check_crc_on_recover: bool = True
+    #: The broker address written as STOREHOST into every record and used in message ids.
+    store_host: str = "127.0.0.1:10911"
+    #: ``storePathCommitLog``: commitlog folder; ``None`` means ``<store>/commitlog``.
+    store_path_commit_log: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_int("mapped_file_size_commit_log", self.mapped_file_size_commit_log, 4096, _I32_MAX)
+        _check_int("max_message_size", self.max_message_size, 1, _I32_MAX)
+        if isinstance(self.flush_disk_type, FlushDiskType):
+            object.__setattr__(self, "flush_disk_type", self.flush_disk_type.value)
+        if self.flush_disk_type not in {t.value for t in FlushDiskType}:
+            raise _bad(
+                "flush_disk_type",
+                f"must be 'ASYNC_FLUSH' or 'SYNC_FLUSH', got {self.flush_disk_type!r}",
+            )
+        _check_bool("warm_mapped_file_enable", self.warm_mapped_file_enable)
+        _check_int(
+            "flush_least_pages_when_warm_mapped_file",
+            self.flush_least_pages_when_warm_mapped_file,
+            1,
+            _I32_MAX,
+        )
+        _check_bool("check_crc_on_recover", self.check_crc_on_recover)
+        _check_host("store_host", self.store_host)
+        if self.store_path_commit_log is not None:
+            if not isinstance(self.store_path_commit_log, (str, os.PathLike)):
+                raise _bad("store_path_commit_log", "must be a path or None")
+            object.__setattr__(self, "store_path_commit_log", os.fspath(self.store_path_commit_log))
+
+    def replace(self, **overrides: Any) -> StoreConfig:
+        """A copy with some settings changed; an unknown name raises ``TypeError``."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise TypeError(f"unknown store setting(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a plain dict (what the Rust core reads)."""
+        return dataclasses.asdict(self)

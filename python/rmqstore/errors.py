@@ -1,0 +1,60 @@
+"""The exceptions rmqstore raises: one tree rooted at :class:`RmqStoreError`.
+
+Each class also derives from the standard exception that fits, so code that already catches
+``OSError`` or ``ValueError`` keeps working. Bad *message content* is never an exception: puts
+answer it with a :class:`rmqstore.PutMessageStatus`, as RocketMQ does.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "InvalidArgumentError",
+    "RmqStoreError",
+    "StoreClosedError",
+    "StoreConfigError",
+    "StoreCorruptedError",
+    "StoreIOError",
+    "StoreLockedError",
+]
+
+
+class RmqStoreError(Exception):
+    """Base class of every rmqstore error."""
+
+
+class StoreIOError(RmqStoreError, OSError):
+    """An operating-system I/O failure on a store file (``errno`` and ``filename`` are set)."""
+
+
+class StoreLockedError(RmqStoreError, OSError):
+    """The store folder is already open, in this process or another one (a RocketMQ broker too).
+
+    ``path`` is the store folder.
+    """
+
+    path: str
+
+
+class StoreCorruptedError(RmqStoreError, ValueError):
+    """The store folder holds files that the store does not expect or cannot trust.
+
+    ``path`` names the file. Nothing was changed.
+    """
+
+    path: str
+
+
+class StoreConfigError(RmqStoreError, ValueError):
+    """A configuration value is out of range; ``setting`` names it."""
+
+    def __init__(self, message: str, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class InvalidArgumentError(RmqStoreError, ValueError):
+    """A call argument is not acceptable (for example an offset that is not a record start)."""
+
+
+class StoreClosedError(RmqStoreError, ValueError):
+    """The store has been closed."""

@@ -1,0 +1,269 @@
+//! Segment allocation ahead of need (RocketMQ's `AllocateMappedFileService`).
+//!
+//! The append path asks for the segment it needs now and requests the one after it. A service
+//! thread (driven from Python, see `rmqstore._services`) creates requested segments in the
+//! background, warms them when configured, and releases the `mlock` of full segments a while
+//! after they fill. Without a running service, segments are created inline, as RocketMQ does
+//! when it has no allocation service.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{Result, StoreError};
+use crate::mapped_file::MappedFile;
+use crate::util::offset_to_file_name;
+
+/// How long a put waits for the service to deliver a segment (`waitTimeOut`).
+pub const ALLOCATE_WAIT: Duration = Duration::from_secs(5);
+/// Delay before a full warmed segment is unlocked (`unlockMappedFile`).
+pub const MUNLOCK_DELAY: Duration = Duration::from_secs(6);
+
+#[derive(Clone, Copy, Debug)]
+pub struct AllocateConfig {
+    pub file_size: i64,
+    pub warm: bool,
+    /// SYNC_FLUSH: force while warming.
+    pub warm_sync: bool,
+    pub warm_flush_pages: i64,
+}
+
+type Ready = std::result::Result<Arc<MappedFile>, String>;
+
+#[derive(Default)]
+struct State {
+    pending: BTreeSet<i64>,
+    in_progress: Option<i64>,
+    ready: BTreeMap<i64, Ready>,
+    service_attached: bool,
+    stopped: bool,
+    unlock_queue: VecDeque<(Instant, Arc<MappedFile>)>,
+}
+
+pub struct Allocator {
+    dir: PathBuf,
+    cfg: AllocateConfig,
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+/// What one service step did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceStep {
+    pub allocated: u32,
+    pub unlocked: u32,
+    pub stopped: bool,
+}
+
+impl Allocator {
+    pub fn new(dir: PathBuf, cfg: AllocateConfig) -> Allocator {
+        Allocator {
+            dir,
+            cfg,
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn create(&self, offset: i64) -> Result<Arc<MappedFile>> {
+        let path = self.dir.join(offset_to_file_name(offset));
+        let started = Instant::now();
+        let file = MappedFile::create(&path, offset, self.cfg.file_size)?;
+        if self.cfg.warm {
+            file.warm(self.cfg.warm_sync, self.cfg.warm_flush_pages)?;
+        }
+        log::debug!(
+            target: "rmqstore.allocate",
+            "created segment {} in {:?} (warm: {})",
+            path.display(),
+            started.elapsed(),
+            self.cfg.warm
+        );
+        Ok(Arc::new(file))
+    }
+
+    /// The segment starting at `offset`, pre-allocated if the service made it, else waited for
+    /// or created now. Also asks the service for the segment after it.
+    pub fn obtain(&self, offset: i64) -> Result<Arc<MappedFile>> {
+        let mut st = self.lock();
+        let result = if let Some(r) = st.ready.remove(&offset) {
+            r.map_err(|e| StoreError::io("cannot allocate segment", self.dir.join(offset_to_file_name(offset)), std::io::Error::other(e)))
+        } else if st.service_attached && !st.stopped {
+            if st.in_progress != Some(offset) {
+                st.pending.insert(offset);
+                self.cv.notify_all();
+            }
+            let deadline = Instant::now() + ALLOCATE_WAIT;
+            loop {
+                if let Some(r) = st.ready.remove(&offset) {
+                    break r.map_err(|e| {
+                        StoreError::io(
+                            "cannot allocate segment",
+                            self.dir.join(offset_to_file_name(offset)),
+                            std::io::Error::other(e),
+                        )
+                    });
+                }
+                let now = Instant::now();
+                if now >= deadline || st.stopped || !st.service_attached {
+                    if st.in_progress == Some(offset) {
+                        // The service is still working on it: give up on this put.
+                        break Err(StoreError::io(
+                            "timed out waiting for the allocation of",
+                            self.dir.join(offset_to_file_name(offset)),
+                            std::io::Error::from(std::io::ErrorKind::TimedOut),
+                        ));
+                    }
+                    st.pending.remove(&offset);
+                    drop(st);
+                    let r = self.create(offset);
+                    st = self.lock();
+                    break r;
+                }
+                st = self
+                    .cv
+                    .wait_timeout(st, deadline - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        } else {
+            drop(st);
+            let r = self.create(offset);
+            st = self.lock();
+            r
+        };
+        if result.is_ok() && st.service_attached && !st.stopped {
+            let next = offset + self.cfg.file_size;
+            if !st.ready.contains_key(&next) && st.in_progress != Some(next) {
+                st.pending.insert(next);
+                self.cv.notify_all();
+            }
+        }
+        result
+    }
+
+    /// Schedules the release of a full segment's `mlock`.
+    pub fn schedule_munlock(&self, file: Arc<MappedFile>) {
+        if !file.is_locked() {
+            return;
+        }
+        let mut st = self.lock();
+        if st.service_attached && !st.stopped {
+            st.unlock_queue
+                .push_back((Instant::now() + MUNLOCK_DELAY, file));
+            self.cv.notify_all();
+        } else {
+            drop(st);
+            file.munlock();
+        }
+    }
+
+    pub fn attach_service(&self) {
+        let mut st = self.lock();
+        st.service_attached = true;
+    }
+
+    /// One round of the service loop: waits up to `timeout` for work, then creates at most one
+    /// requested segment and releases due `mlock`s.
+    pub fn service_step(&self, timeout: Duration) -> ServiceStep {
+        let mut out = ServiceStep::default();
+        let deadline = Instant::now() + timeout;
+        let mut st = self.lock();
+        loop {
+            if st.stopped {
+                out.stopped = true;
+                return out;
+            }
+            let now = Instant::now();
+            let due_unlock = st.unlock_queue.front().map(|(t, _)| *t <= now).unwrap_or(false);
+            if !st.pending.is_empty() || due_unlock || now >= deadline {
+                break;
+            }
+            let mut wait = deadline - now;
+            if let Some((t, _)) = st.unlock_queue.front() {
+                wait = wait.min(t.saturating_duration_since(now));
+            }
+            st = self.cv.wait_timeout(st, wait).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        let now = Instant::now();
+        let mut unlock = Vec::new();
+        while st.unlock_queue.front().map(|(t, _)| *t <= now).unwrap_or(false) {
+            if let Some((_, f)) = st.unlock_queue.pop_front() {
+                unlock.push(f);
+            }
+        }
+        let job = st.pending.pop_first();
+        if let Some(offset) = job {
+            st.in_progress = Some(offset);
+        }
+        drop(st);
+        for f in unlock {
+            f.munlock();
+            out.unlocked += 1;
+        }
+        if let Some(offset) = job {
+            let r = self.create(offset).map_err(|e| {
+                log::error!(target: "rmqstore.allocate", "segment allocation failed: {e}");
+                e.to_string()
+            });
+            let mut st = self.lock();
+            st.in_progress = None;
+            if st.stopped {
+                if let Ok(f) = &r {
+                    let _ = f.destroy();
+                }
+            } else {
+                st.ready.insert(offset, r);
+                out.allocated += 1;
+            }
+            self.cv.notify_all();
+        }
+        out
+    }
+
+    /// Stops the service (its step returns), deletes segments made but never used and releases
+    /// pending `mlock`s.
+    pub fn shutdown(&self) {
+        let mut st = self.lock();
+        st.stopped = true;
+        st.service_attached = false;
+        st.pending.clear();
+        let ready = std::mem::take(&mut st.ready);
+        let unlock = std::mem::take(&mut st.unlock_queue);
+        self.cv.notify_all();
+        drop(st);
+        for (_, r) in ready {
+            if let Ok(f) = r {
+                if let Err(e) = f.destroy() {
+                    log::warn!(target: "rmqstore.allocate", "{e}");
+                }
+            }
+        }
+        for (_, f) in unlock {
+            f.munlock();
+        }
+    }
+
+    /// Waits (up to `timeout`) while the service is creating a segment, so shutdown does not race it.
+    pub fn wait_idle(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.lock();
+        while st.in_progress.is_some() {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            st = self.cv.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// Segments pre-allocated and not yet used (for tests and diagnostics).
+    pub fn ready_offsets(&self) -> Vec<i64> {
+        self.lock().ready.keys().copied().collect()
+    }
+}

@@ -1,0 +1,498 @@
+//! The commitlog: every message of every topic appended to one sequence of segments
+//! (RocketMQ's `CommitLog`), plus the topic-queue offset table that numbers messages per queue.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::allocate::Allocator;
+use crate::error::{Result, StoreError};
+use crate::mapped_file::MappedFile;
+use crate::mapped_file_queue::MappedFileQueue;
+use crate::message::{
+    check_envelope, check_record, render_properties, sysflag, write_blank, DecodedRecord,
+    HostAddr, Message, MessageLimits, PreparedMessage, PutMessageStatus, RecordCheck,
+    RecordEnvelope, END_FILE_MIN_BLANK_LENGTH,
+};
+use crate::util::now_millis;
+
+/// The outcome of a put: RocketMQ's `PutMessageResult` + `AppendMessageResult`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendResult {
+    pub status: PutMessageStatus,
+    /// Commitlog offset of the first record (-1 when nothing was written).
+    pub wrote_offset: i64,
+    /// Bytes of all records written.
+    pub wrote_bytes: i64,
+    /// Queue offset of the first record.
+    pub queue_offset: i64,
+    pub store_timestamp: i64,
+    /// Size of each record, in order (one entry for a single put).
+    pub record_sizes: Vec<i32>,
+}
+
+impl AppendResult {
+    pub fn failed(status: PutMessageStatus) -> AppendResult {
+        AppendResult {
+            status,
+            wrote_offset: -1,
+            wrote_bytes: 0,
+            queue_offset: -1,
+            store_timestamp: 0,
+            record_sizes: Vec::new(),
+        }
+    }
+
+    pub fn is_ok(&self) -> bool {
+        self.status == PutMessageStatus::PutOk
+    }
+
+    pub fn msg_num(&self) -> usize {
+        self.record_sizes.len()
+    }
+
+    /// Commitlog offset of every record.
+    pub fn record_offsets(&self) -> impl Iterator<Item = i64> + '_ {
+        self.record_sizes.iter().scan(self.wrote_offset, |at, &size| {
+            let here = *at;
+            *at += i64::from(size);
+            Some(here)
+        })
+    }
+}
+
+/// A batch of bodies that share topic, queue, properties and the rest of the envelope.
+#[derive(Debug)]
+pub struct Batch<'a> {
+    pub topic: &'a str,
+    pub queue_id: i32,
+    pub bodies: &'a [&'a [u8]],
+    pub properties: &'a [(String, String)],
+    pub flag: i32,
+    pub born_timestamp: i64,
+    pub born_host: Option<HostAddr>,
+}
+
+#[derive(Default)]
+struct PutState {
+    /// topic -> queue id -> next queue offset (`topicQueueTable`).
+    queue_offsets: HashMap<String, HashMap<i32, i64>>,
+    /// Store timestamps never go backwards, even if the wall clock does.
+    last_store_ts: i64,
+}
+
+impl PutState {
+    fn next_queue_offset(&self, topic: &str, queue_id: i32) -> i64 {
+        self.queue_offsets
+            .get(topic)
+            .and_then(|q| q.get(&queue_id))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn set_queue_offset(&mut self, topic: &str, queue_id: i32, next: i64) {
+        match self.queue_offsets.get_mut(topic) {
+            Some(q) => {
+                q.insert(queue_id, next);
+            }
+            None => {
+                self.queue_offsets
+                    .insert(topic.to_owned(), HashMap::from([(queue_id, next)]));
+            }
+        }
+    }
+}
+
+/// What recovery found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// End of the last valid record.
+    pub process_offset: i64,
+    pub messages: u64,
+    /// Bytes past `process_offset` that held data (not zeros) and were discarded.
+    pub discarded_bytes: i64,
+    /// Why the scan stopped, when it stopped at something other than clean zeros.
+    pub stop_reason: Option<String>,
+}
+
+pub struct CommitLog {
+    queue: MappedFileQueue,
+    allocator: Arc<Allocator>,
+    put: Mutex<PutState>,
+    /// When the current holder took the append lock (0 = not held): `beginTimeInLock`.
+    begin_time_in_lock: AtomicI64,
+    store_host: HostAddr,
+    limits: MessageLimits,
+}
+
+impl CommitLog {
+    pub fn load(
+        dir: &Path,
+        file_size: i64,
+        allocator: Arc<Allocator>,
+        store_host: HostAddr,
+        max_message_size: i32,
+    ) -> Result<CommitLog> {
+        let queue = MappedFileQueue::load(dir, file_size)?;
+        Ok(CommitLog {
+            queue,
+            allocator,
+            put: Mutex::new(PutState::default()),
+            begin_time_in_lock: AtomicI64::new(0),
+            store_host,
+            limits: MessageLimits {
+                max_message_size,
+                max_record_in_segment: file_size - i64::from(END_FILE_MIN_BLANK_LENGTH),
+            },
+        })
+    }
+
+    pub fn queue(&self) -> &MappedFileQueue {
+        &self.queue
+    }
+
+    pub fn store_host(&self) -> HostAddr {
+        self.store_host
+    }
+
+    fn lock_put(&self) -> MutexGuard<'_, PutState> {
+        let g = self.put.lock().unwrap_or_else(|p| p.into_inner());
+        self.begin_time_in_lock.store(now_millis(), Ordering::Release);
+        g
+    }
+
+    fn unlock_put(&self, g: MutexGuard<'_, PutState>) {
+        self.begin_time_in_lock.store(0, Ordering::Release);
+        drop(g);
+    }
+
+    /// How long the append lock has been held, 0 when free (`lockTimeMills`).
+    pub fn lock_time_millis(&self) -> i64 {
+        let begin = self.begin_time_in_lock.load(Ordering::Acquire);
+        if begin == 0 {
+            0
+        } else {
+            (now_millis() - begin).max(0)
+        }
+    }
+
+    fn envelope<'a>(
+        &self,
+        topic: &'a str,
+        queue_id: i32,
+        flag: i32,
+        sys_flag: i32,
+        born_timestamp: i64,
+        born_host: Option<HostAddr>,
+    ) -> RecordEnvelope<'a> {
+        RecordEnvelope {
+            topic,
+            queue_id,
+            flag,
+            sys_flag,
+            born_timestamp,
+            born_host: born_host.unwrap_or(self.store_host),
+            store_host: self.store_host,
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        }
+    }
+
+    /// Appends one message (`asyncPutMessage`, without the flush/HA waits of later layers).
+    pub fn put_message(&self, msg: &Message) -> AppendResult {
+        let props = match render_properties(
+            msg.properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        ) {
+            Ok(p) => p,
+            Err(s) => return AppendResult::failed(s),
+        };
+        let mut env = self.envelope(
+            &msg.topic,
+            msg.queue_id,
+            msg.flag,
+            msg.sys_flag,
+            msg.born_timestamp,
+            msg.born_host,
+        );
+        env.reconsume_times = msg.reconsume_times;
+        env.prepared_transaction_offset = msg.prepared_transaction_offset;
+        if let Err(s) = check_envelope(&env, &props) {
+            return AppendResult::failed(s);
+        }
+        let prepared = match PreparedMessage::new(&env, &msg.body, Cow::Owned(props), &self.limits)
+        {
+            Ok(p) => p,
+            Err(s) => return AppendResult::failed(s),
+        };
+        self.append(std::slice::from_ref(&prepared))
+    }
+
+    /// Appends a batch as contiguous records in one segment with one store timestamp
+    /// (`asyncPutMessages`).
+    pub fn put_messages(&self, batch: &Batch<'_>) -> AppendResult {
+        if batch.bodies.is_empty() {
+            return AppendResult::failed(PutMessageStatus::MessageIllegal);
+        }
+        let props = match render_properties(
+            batch.properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        ) {
+            Ok(p) => p,
+            Err(s) => return AppendResult::failed(s),
+        };
+        let env = self.envelope(
+            batch.topic,
+            batch.queue_id,
+            batch.flag,
+            0,
+            batch.born_timestamp,
+            batch.born_host,
+        );
+        if let Err(s) = check_envelope(&env, &props) {
+            return AppendResult::failed(s);
+        }
+        let mut prepared = Vec::with_capacity(batch.bodies.len());
+        let mut total: i64 = 0;
+        for body in batch.bodies {
+            match PreparedMessage::new(&env, body, Cow::Borrowed(props.as_str()), &self.limits) {
+                Ok(p) => {
+                    total += i64::from(p.total_len);
+                    prepared.push(p);
+                }
+                Err(s) => return AppendResult::failed(s),
+            }
+        }
+        if total > self.limits.max_record_in_segment {
+            // A batch lands whole in one segment, so it cannot be larger than one.
+            return AppendResult::failed(PutMessageStatus::MessageIllegal);
+        }
+        self.append(&prepared)
+    }
+
+    fn new_segment(&self) -> Result<Arc<MappedFile>, PutMessageStatus> {
+        let offset = self.queue.next_file_offset(0);
+        match self.allocator.obtain(offset) {
+            Ok(f) => {
+                if let Err(e) = self.queue.push(f.clone()) {
+                    log::error!(target: "rmqstore.commitlog", "{e}");
+                    let _ = f.destroy();
+                    return Err(PutMessageStatus::CreateMappedFileFailed);
+                }
+                Ok(f)
+            }
+            Err(e) => {
+                log::error!(target: "rmqstore.commitlog", "create mapped file failed: {e}");
+                Err(PutMessageStatus::CreateMappedFileFailed)
+            }
+        }
+    }
+
+    /// Lays `records` down contiguously under the append lock.
+    fn append(&self, records: &[PreparedMessage<'_>]) -> AppendResult {
+        let total: i64 = records.iter().map(|r| i64::from(r.total_len)).sum();
+        let first = &records[0];
+        let consumes_offsets = matches!(
+            first.transaction_type(),
+            sysflag::TRANSACTION_NOT_TYPE | sysflag::TRANSACTION_COMMIT_TYPE
+        );
+        let mut st = self.lock_put();
+        let store_ts = now_millis().max(st.last_store_ts);
+        let base_queue_offset = if consumes_offsets {
+            st.next_queue_offset(first.topic, first.queue_id)
+        } else {
+            0
+        };
+        let mut file = match self.queue.last() {
+            Some(f) if !f.is_full() => f,
+            _ => match self.new_segment() {
+                Ok(f) => f,
+                Err(s) => {
+                    self.unlock_put(st);
+                    return AppendResult::failed(s);
+                }
+            },
+        };
+        let free = file.file_size() - file.wrote_position();
+        if total + i64::from(END_FILE_MIN_BLANK_LENGTH) > free {
+            // END_OF_FILE: an 8-byte blank record claims the rest of the segment.
+            // SAFETY: the append lock is held.
+            unsafe { file.append_with(free, |b| write_blank(b, free as i32)) };
+            self.allocator.schedule_munlock(file.clone());
+            file = match self.new_segment() {
+                Ok(f) => f,
+                Err(s) => {
+                    self.unlock_put(st);
+                    return AppendResult::failed(s);
+                }
+            };
+            if total + i64::from(END_FILE_MIN_BLANK_LENGTH) > file.file_size() - file.wrote_position() {
+                self.unlock_put(st);
+                return AppendResult::failed(PutMessageStatus::UnknownError);
+            }
+        }
+        let wrote_offset = file.file_from_offset() + file.wrote_position();
+        // SAFETY: the append lock is held.
+        let placed = unsafe {
+            file.append_with(total, |dst| {
+                let mut at = 0usize;
+                let mut phy = wrote_offset;
+                for (i, r) in records.iter().enumerate() {
+                    let len = r.total_len as usize;
+                    let qo = if consumes_offsets {
+                        base_queue_offset + i as i64
+                    } else {
+                        0
+                    };
+                    r.write_record(&mut dst[at..at + len], qo, phy, store_ts);
+                    at += len;
+                    phy += i64::from(r.total_len);
+                }
+            })
+        };
+        debug_assert!(placed.is_some());
+        file.set_store_timestamp(store_ts);
+        st.last_store_ts = store_ts;
+        if consumes_offsets {
+            st.set_queue_offset(
+                first.topic,
+                first.queue_id,
+                base_queue_offset + records.len() as i64,
+            );
+        }
+        self.unlock_put(st);
+        AppendResult {
+            status: PutMessageStatus::PutOk,
+            wrote_offset,
+            wrote_bytes: total,
+            queue_offset: base_queue_offset,
+            store_timestamp: store_ts,
+            record_sizes: records.iter().map(|r| r.total_len).collect(),
+        }
+    }
+
+    /// The next queue offset a put to `topic`/`queue_id` would get.
+    pub fn next_queue_offset(&self, topic: &str, queue_id: i32) -> i64 {
+        self.put
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next_queue_offset(topic, queue_id)
+    }
+
+    pub fn min_offset(&self) -> i64 {
+        self.queue.min_offset()
+    }
+
+    pub fn max_offset(&self) -> i64 {
+        self.queue.max_offset()
+    }
+
+    /// Calls `f` with the record starting at `offset`: `Ok(None)` when the offset is outside the
+    /// commitlog, an error when it is inside but not the start of a message.
+    pub fn with_record<T>(
+        &self,
+        offset: i64,
+        f: impl FnOnce(&DecodedRecord<'_>) -> T,
+    ) -> Result<Option<T>> {
+        if offset < 0 || offset >= self.max_offset() {
+            return Ok(None);
+        }
+        let Some(file) = self.queue.find_by_offset(offset) else {
+            return Ok(None);
+        };
+        let pos = offset - file.file_from_offset();
+        let Some(data) = file.read_from(pos) else {
+            return Ok(None);
+        };
+        match check_record(data, false) {
+            RecordCheck::Message(d) => Ok(Some(f(&d))),
+            RecordCheck::Blank { .. } => Err(StoreError::InvalidArgument(format!(
+                "offset {offset} is the end-of-file blank record of segment {}, not a message",
+                file.path().display()
+            ))),
+            RecordCheck::Invalid { reason, .. } => Err(StoreError::InvalidArgument(format!(
+                "offset {offset} is not the start of a message ({reason})"
+            ))),
+        }
+    }
+
+    /// Rebuilds the write position and the topic-queue table by scanning every segment with
+    /// `check_crc`, stopping at the first invalid record and truncating there.
+    pub fn recover(&self, check_crc: bool) -> Result<RecoveryReport> {
+        let files = self.queue.files();
+        let mut report = RecoveryReport::default();
+        let mut table: HashMap<String, HashMap<i32, i64>> = HashMap::new();
+        let mut last_ts = 0i64;
+        // Every scan ends at a blank record of the last segment or at an invalid record.
+        let mut process_offset = files.first().map(|f| f.file_from_offset()).unwrap_or(0);
+        'files: for (idx, file) in files.iter().enumerate() {
+            let data = file.read_from(0).unwrap_or(&[]);
+            let mut pos = 0usize;
+            loop {
+                match check_record(&data[pos..], check_crc) {
+                    RecordCheck::Message(d) => {
+                        pos += d.total_size as usize;
+                        report.messages += 1;
+                        last_ts = last_ts.max(d.store_timestamp);
+                        if matches!(
+                            d.transaction_type(),
+                            sysflag::TRANSACTION_NOT_TYPE | sysflag::TRANSACTION_COMMIT_TYPE
+                        ) {
+                            let topic = d.topic_str();
+                            let next = d.queue_offset + 1;
+                            let q = table.entry(topic.into_owned()).or_default();
+                            let e = q.entry(d.queue_id).or_insert(next);
+                            *e = (*e).max(next);
+                        }
+                    }
+                    RecordCheck::Blank { .. } => {
+                        match files.get(idx + 1) {
+                            Some(next) => process_offset = next.file_from_offset(),
+                            None => process_offset = file.file_from_offset() + pos as i64,
+                        }
+                        continue 'files;
+                    }
+                    RecordCheck::Invalid { reason, .. } => {
+                        process_offset = file.file_from_offset() + pos as i64;
+                        let tail = &data[pos..];
+                        if tail.iter().any(|&b| b != 0) || files.len() > idx + 1 {
+                            let later: i64 = files[idx + 1..]
+                                .iter()
+                                .map(|f| f.file_size())
+                                .sum();
+                            report.discarded_bytes =
+                                tail.iter().rposition(|&b| b != 0).map_or(0, |p| p as i64 + 1)
+                                    + later;
+                            report.stop_reason = Some(reason.to_string());
+                            log::warn!(
+                                target: "rmqstore.recovery",
+                                "commitlog recovery stopped at offset {process_offset} in {}: {reason}; \
+                                 truncating the commitlog there ({} later segment(s) deleted)",
+                                file.path().display(),
+                                files.len() - idx - 1
+                            );
+                        }
+                        break 'files;
+                    }
+                }
+            }
+        }
+        report.process_offset = process_offset;
+        self.queue.truncate_dirty(process_offset)?;
+        self.queue.set_flushed_where(process_offset);
+        let mut st = self.put.lock().unwrap_or_else(|p| p.into_inner());
+        st.queue_offsets = table;
+        st.last_store_ts = last_ts;
+        Ok(report)
+    }
+
+    /// Forces everything written to disk; returns the flushed offset.
+    pub fn flush_all(&self) -> Result<i64> {
+        for _ in 0..self.queue.files().len() + 1 {
+            if self.queue.flush(0)? {
+                break;
+            }
+        }
+        Ok(self.queue.flushed_where())
+    }
+}

@@ -1,0 +1,98 @@
+//! Errors of the store engine. Message content problems are never errors: they are answered with
+//! a [`crate::PutMessageStatus`], as RocketMQ does. Errors are for the store itself (I/O, locks,
+//! damaged or unexpected files, bad configuration, bad API arguments).
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Everything the store can fail with. The binding maps each variant onto one Python exception.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// An operating-system I/O failure on a store file.
+    Io {
+        /// What the store was doing.
+        action: String,
+        /// The file or folder involved.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The store folder is already open (in this process or another one).
+    Locked { path: PathBuf, holder: String },
+    /// The folder holds files the store does not expect or cannot trust.
+    Corrupted { path: PathBuf, reason: String },
+    /// A configuration value is out of range.
+    Config { setting: String, reason: String },
+    /// A call argument is not acceptable (e.g. an offset that is not a record boundary).
+    InvalidArgument(String),
+    /// The store has been closed.
+    Closed,
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl StoreError {
+    pub fn io(action: impl Into<String>, path: impl AsRef<Path>, source: io::Error) -> Self {
+        StoreError::Io {
+            action: action.into(),
+            path: path.as_ref().to_path_buf(),
+            source,
+        }
+    }
+
+    pub fn corrupted(path: impl AsRef<Path>, reason: impl Into<String>) -> Self {
+        StoreError::Corrupted {
+            path: path.as_ref().to_path_buf(),
+            reason: reason.into(),
+        }
+    }
+
+    pub fn config(setting: impl Into<String>, reason: impl Into<String>) -> Self {
+        StoreError::Config {
+            setting: setting.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The raw OS error number for I/O failures.
+    pub fn os_errno(&self) -> Option<i32> {
+        match self {
+            StoreError::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Io {
+                action,
+                path,
+                source,
+            } => write!(f, "{action} {}: {source}", path.display()),
+            StoreError::Locked { path, holder } => write!(
+                f,
+                "store folder {} is already open ({holder}); close the other store first",
+                path.display()
+            ),
+            StoreError::Corrupted { path, reason } => {
+                write!(f, "{}: {reason}", path.display())
+            }
+            StoreError::Config { setting, reason } => write!(f, "{setting}: {reason}"),
+            StoreError::InvalidArgument(msg) => f.write_str(msg),
+            StoreError::Closed => f.write_str("the store is closed"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

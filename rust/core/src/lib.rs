@@ -1,0 +1,22 @@
+//! rmqstore-core: a message store that reads and writes Apache RocketMQ's on-disk format byte
+//! for byte (commitlog segments, and in later layers consume queues, index files, checkpoint).
+//!
+//! This crate has no Python in it; `rmqstore-py` binds it. Everything on disk is fixed-width
+//! big-endian, as RocketMQ's Java `ByteBuffer`s write it.
+
+pub mod allocate;
+pub mod commitlog;
+pub mod config;
+pub mod error;
+pub mod lockfile;
+pub mod mapped_file;
+pub mod mapped_file_queue;
+pub mod message;
+pub mod store;
+pub mod util;
+
+pub use commitlog::{AppendResult, Batch, RecoveryReport};
+pub use config::{FlushDiskType, StoreConfig};
+pub use error::{Result, StoreError};
+pub use message::{HostAddr, Message, PutMessageStatus};
+pub use store::{MessageExt, MessageStore};

@@ -1,0 +1,435 @@
+//! One fixed-size segment file mapped into memory (RocketMQ's `DefaultMappedFile`).
+//!
+//! Concurrency contract: one appender at a time (the owner's append lock), any number of readers.
+//! Bytes below the wrote position are never changed again while readers may hold them, except by
+//! [`MappedFile::truncate_to`], which callers run only with readers excluded. Positions are atomics
+//! published with release/acquire ordering, so a reader that sees a position sees the bytes below.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use memmap2::{Advice, MmapRaw};
+
+use crate::error::{Result, StoreError};
+
+/// `OS_PAGE_SIZE`.
+pub const OS_PAGE_SIZE: i64 = 4096;
+
+static MLOCK_WARNED: AtomicBool = AtomicBool::new(false);
+
+pub struct MappedFile {
+    path: PathBuf,
+    file_from_offset: i64,
+    file_size: i64,
+    // Kept open for the lifetime of the mapping (fsync, fallocate).
+    file: File,
+    map: MmapRaw,
+    wrote: AtomicI64,
+    committed: AtomicI64,
+    flushed: AtomicI64,
+    store_timestamp: AtomicI64,
+    locked: AtomicBool,
+}
+
+impl std::fmt::Debug for MappedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedFile")
+            .field("path", &self.path)
+            .field("from", &self.file_from_offset)
+            .field("wrote", &self.wrote_position())
+            .finish()
+    }
+}
+
+fn size_to_usize(size: i64) -> usize {
+    usize::try_from(size).expect("segment sizes are validated to be positive and < 2 GiB")
+}
+
+impl MappedFile {
+    /// Creates a new segment of `file_size` bytes with its blocks reserved (so writes through the
+    /// mapping cannot hit ENOSPC later, which would be a SIGBUS), then maps it.
+    pub fn create(path: &Path, file_from_offset: i64, file_size: i64) -> Result<MappedFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| StoreError::io("cannot create segment", path, e))?;
+        if let Err(e) = reserve(&file, file_size) {
+            drop(file);
+            let _ = std::fs::remove_file(path);
+            return Err(StoreError::io("cannot reserve space for segment", path, e));
+        }
+        match Self::map(path, file, file_from_offset, file_size, 0) {
+            Ok(m) => Ok(m),
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Maps an existing segment; positions start at the end (recovery sets the real ones).
+    pub fn open_existing(path: &Path, file_from_offset: i64, file_size: i64) -> Result<MappedFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| StoreError::io("cannot open segment", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| StoreError::io("cannot stat segment", path, e))?
+            .len();
+        if len != file_size as u64 {
+            return Err(StoreError::corrupted(
+                path,
+                format!("segment is {len} bytes, expected {file_size}"),
+            ));
+        }
+        Self::map(path, file, file_from_offset, file_size, file_size)
+    }
+
+    fn map(
+        path: &Path,
+        file: File,
+        file_from_offset: i64,
+        file_size: i64,
+        position: i64,
+    ) -> Result<MappedFile> {
+        let map = MmapRaw::map_raw(&file).map_err(|e| StoreError::io("cannot map", path, e))?;
+        if map.len() != size_to_usize(file_size) {
+            return Err(StoreError::corrupted(path, "mapping length differs from file size"));
+        }
+        Ok(MappedFile {
+            path: path.to_path_buf(),
+            file_from_offset,
+            file_size,
+            file,
+            map,
+            wrote: AtomicI64::new(position),
+            committed: AtomicI64::new(position),
+            flushed: AtomicI64::new(position),
+            store_timestamp: AtomicI64::new(0),
+            locked: AtomicBool::new(false),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn file_from_offset(&self) -> i64 {
+        self.file_from_offset
+    }
+
+    pub fn file_size(&self) -> i64 {
+        self.file_size
+    }
+
+    pub fn wrote_position(&self) -> i64 {
+        self.wrote.load(Ordering::Acquire)
+    }
+
+    /// What readers may see (no transient pool yet: the wrote position).
+    pub fn read_position(&self) -> i64 {
+        self.wrote.load(Ordering::Acquire)
+    }
+
+    pub fn flushed_position(&self) -> i64 {
+        self.flushed.load(Ordering::Acquire)
+    }
+
+    pub fn committed_position(&self) -> i64 {
+        self.committed.load(Ordering::Acquire)
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.wrote_position() == self.file_size
+    }
+
+    pub fn store_timestamp(&self) -> i64 {
+        self.store_timestamp.load(Ordering::Acquire)
+    }
+
+    pub fn set_store_timestamp(&self, ts: i64) {
+        self.store_timestamp.store(ts, Ordering::Release);
+    }
+
+    /// Appends `len` bytes filled by `fill` at the wrote position and publishes them.
+    /// Returns the in-file position written at, or `None` if they do not fit.
+    ///
+    /// # Safety
+    /// Only one appender may run at a time on a file (the caller's append lock).
+    pub unsafe fn append_with(&self, len: i64, fill: impl FnOnce(&mut [u8])) -> Option<i64> {
+        let pos = self.wrote.load(Ordering::Relaxed);
+        if len < 0 || pos + len > self.file_size {
+            return None;
+        }
+        // SAFETY: [pos, pos+len) lies inside the mapping, is beyond every published position
+        // (so no reader holds it) and the caller guarantees no other appender.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.map.as_mut_ptr().add(size_to_usize(pos)),
+                size_to_usize(len),
+            )
+        };
+        fill(dst);
+        self.wrote.store(pos + len, Ordering::Release);
+        Some(pos)
+    }
+
+    /// The readable bytes `[pos, pos+len)`, if all below the read position.
+    pub fn read(&self, pos: i64, len: i64) -> Option<&[u8]> {
+        let readable = self.read_position();
+        if pos < 0 || len < 0 || pos + len > readable {
+            return None;
+        }
+        // SAFETY: published bytes are immutable while readers exist (module contract).
+        Some(unsafe {
+            std::slice::from_raw_parts(
+                self.map.as_ptr().add(size_to_usize(pos)),
+                size_to_usize(len),
+            )
+        })
+    }
+
+    /// The readable bytes from `pos` to the read position.
+    pub fn read_from(&self, pos: i64) -> Option<&[u8]> {
+        let readable = self.read_position();
+        if pos < 0 || pos > readable {
+            return None;
+        }
+        self.read(pos, readable - pos)
+    }
+
+    /// `isAbleToFlush`: full, or at least `least_pages` whole pages written since the last flush
+    /// (any byte when `least_pages` is 0).
+    pub fn is_able_to_flush(&self, least_pages: i64) -> bool {
+        let flushed = self.flushed_position();
+        let write = self.read_position();
+        if self.is_full() && flushed < self.file_size {
+            return true;
+        }
+        if least_pages > 0 {
+            return (write / OS_PAGE_SIZE - flushed / OS_PAGE_SIZE) >= least_pages;
+        }
+        write > flushed
+    }
+
+    /// Forces written bytes to disk when `is_able_to_flush(least_pages)`; returns the flushed
+    /// position.
+    pub fn flush(&self, least_pages: i64) -> Result<i64> {
+        if self.is_able_to_flush(least_pages) {
+            let flushed = self.flushed_position();
+            let target = self.read_position();
+            if target > flushed {
+                self.map
+                    .flush_range(size_to_usize(flushed), size_to_usize(target - flushed))
+                    .map_err(|e| StoreError::io("cannot flush", &self.path, e))?;
+            }
+            self.flushed.store(target, Ordering::Release);
+            self.committed.store(target, Ordering::Release);
+        }
+        Ok(self.flushed_position())
+    }
+
+    /// Sets wrote/committed/flushed to `pos` and zeroes everything after it, so that stale
+    /// records past a truncation point can never be read back by a later recovery.
+    /// Callers exclude readers of the bytes past `pos` (recovery, truncation).
+    pub fn truncate_to(&self, pos: i64) -> Result<()> {
+        let pos = pos.clamp(0, self.file_size);
+        self.wrote.store(pos, Ordering::Release);
+        self.committed.store(pos, Ordering::Release);
+        self.flushed.store(pos, Ordering::Release);
+        self.zero_range(pos, self.file_size)
+    }
+
+    fn zero_range(&self, from: i64, to: i64) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        // Whole pages are given back to the file system (they read as zeros afterwards and stay
+        // reserved); the partial first page is zeroed by hand.
+        let first_page_end = ((from + OS_PAGE_SIZE - 1) / OS_PAGE_SIZE * OS_PAGE_SIZE).min(to);
+        // SAFETY: within the mapping; callers exclude readers of this range.
+        unsafe {
+            std::ptr::write_bytes(
+                self.map.as_mut_ptr().add(size_to_usize(from)),
+                0,
+                size_to_usize(first_page_end - from),
+            );
+        }
+        if first_page_end < to {
+            let fd = self.file.as_raw_fd();
+            // SAFETY: plain syscall on an owned descriptor.
+            let rc = unsafe {
+                libc::fallocate(
+                    fd,
+                    libc::FALLOC_FL_ZERO_RANGE,
+                    first_page_end,
+                    to - first_page_end,
+                )
+            };
+            if rc != 0 {
+                // Not supported here: write the zeros through the mapping, skipping pages that
+                // already read as zero so untouched sparse space is not allocated.
+                let base = self.map.as_mut_ptr();
+                let mut at = first_page_end;
+                while at < to {
+                    let end = (at + OS_PAGE_SIZE).min(to);
+                    let len = size_to_usize(end - at);
+                    // SAFETY: within the mapping; readers excluded.
+                    unsafe {
+                        let p = base.add(size_to_usize(at));
+                        let page = std::slice::from_raw_parts(p, len);
+                        if page.iter().any(|&b| b != 0) {
+                            std::ptr::write_bytes(p, 0, len);
+                        }
+                    }
+                    at = end;
+                }
+            }
+        }
+        self.map
+            .flush_range(size_to_usize(from), size_to_usize(first_page_end - from))
+            .map_err(|e| StoreError::io("cannot flush", &self.path, e))
+    }
+
+    /// `warmMappedFile`: touches every page of the (still empty) file so that appends never
+    /// page-fault, forcing every `pages_per_flush` pages when `sync` is set, then `mlock`s it.
+    pub fn warm(&self, sync: bool, pages_per_flush: i64) -> Result<()> {
+        let base = self.map.as_mut_ptr();
+        let start = self.wrote_position();
+        let mut at = (start + OS_PAGE_SIZE - 1) / OS_PAGE_SIZE * OS_PAGE_SIZE;
+        let mut since_flush = 0;
+        let mut flushed_to = at;
+        while at < self.file_size {
+            // SAFETY: beyond the wrote position, so unpublished; the caller owns the new file.
+            unsafe { std::ptr::write_volatile(base.add(size_to_usize(at)), 0u8) };
+            at += OS_PAGE_SIZE;
+            since_flush += 1;
+            if sync && pages_per_flush > 0 && since_flush >= pages_per_flush {
+                self.map
+                    .flush_range(size_to_usize(flushed_to), size_to_usize(at - flushed_to))
+                    .map_err(|e| StoreError::io("cannot flush while warming", &self.path, e))?;
+                flushed_to = at;
+                since_flush = 0;
+            }
+        }
+        if sync && flushed_to < self.file_size {
+            self.map
+                .flush_range(
+                    size_to_usize(flushed_to),
+                    size_to_usize(self.file_size - flushed_to),
+                )
+                .map_err(|e| StoreError::io("cannot flush while warming", &self.path, e))?;
+        }
+        self.mlock();
+        Ok(())
+    }
+
+    /// `mlock` + `madvise(WILLNEED)`. When the OS refuses the lock, warn once and go on.
+    pub fn mlock(&self) {
+        match self.map.lock() {
+            Ok(()) => self.locked.store(true, Ordering::Release),
+            Err(e) => {
+                if !MLOCK_WARNED.swap(true, Ordering::AcqRel) {
+                    log::warn!(
+                        target: "rmqstore.mapped_file",
+                        "mlock of {} failed ({e}); warmed segments stay unlocked \
+                         (raise RLIMIT_MEMLOCK or grant CAP_IPC_LOCK to lock them)",
+                        self.path.display()
+                    );
+                }
+            }
+        }
+        let _ = self.map.advise(Advice::WillNeed);
+    }
+
+    /// Releases an `mlock` taken by [`MappedFile::warm`].
+    pub fn munlock(&self) {
+        if self.locked.swap(false, Ordering::AcqRel) {
+            let _ = self.map.unlock();
+        }
+    }
+
+    pub fn is_locked(&self) -> bool {
+        self.locked.load(Ordering::Acquire)
+    }
+
+    /// Deletes the file; the mapping stays valid for readers that still hold this segment.
+    pub fn destroy(&self) -> Result<()> {
+        self.munlock();
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::io("cannot delete segment", &self.path, e)),
+        }
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        self.munlock();
+    }
+}
+
+/// Gives the file its full length with blocks reserved. Falls back to a sparse `set_len` only
+/// where the file system cannot reserve (EOPNOTSUPP); ENOSPC and other errors are reported.
+fn reserve(file: &File, size: i64) -> io::Result<()> {
+    // SAFETY: plain syscall on an owned descriptor.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => file.set_len(size as u64),
+        _ => Err(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rmqstore-mf-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn append_read_flush_truncate() {
+        let d = tmp("basic");
+        let p = d.join("00000000000000000000");
+        let mf = MappedFile::create(&p, 0, 8192).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 8192);
+        assert!(MappedFile::create(&p, 0, 8192).is_err(), "create never clobbers");
+        let pos = unsafe { mf.append_with(5, |b| b.copy_from_slice(b"hello")) }.unwrap();
+        assert_eq!(pos, 0);
+        assert_eq!(mf.read(0, 5).unwrap(), b"hello");
+        assert!(mf.read(0, 6).is_none());
+        assert!(mf.is_able_to_flush(0));
+        assert!(!mf.is_able_to_flush(1));
+        assert_eq!(mf.flush(0).unwrap(), 5);
+        assert!(unsafe { mf.append_with(8188, |_| {}) }.is_none());
+        let pos = unsafe { mf.append_with(5000, |b| b.fill(7)) }.unwrap();
+        assert_eq!(pos, 5);
+        mf.truncate_to(3).unwrap();
+        assert_eq!(mf.wrote_position(), 3);
+        let reopened = MappedFile::open_existing(&p, 0, 8192).unwrap();
+        assert_eq!(reopened.read(0, 8192).unwrap()[..3], *b"hel");
+        assert!(reopened.read(3, 8189).unwrap().iter().all(|&b| b == 0));
+        assert!(MappedFile::open_existing(&p, 0, 4096).is_err());
+        mf.warm(true, 1).unwrap();
+        mf.munlock();
+        mf.destroy().unwrap();
+        assert!(!p.exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -1,0 +1,372 @@
+//! The ordered segments of one folder (RocketMQ's `MappedFileQueue`): 20-digit names, strict
+//! load, lookup by offset, truncation of a dirty tail and flushing.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::error::{Result, StoreError};
+use crate::mapped_file::MappedFile;
+use crate::util::{file_name_to_offset, offset_to_file_name};
+
+pub struct MappedFileQueue {
+    dir: PathBuf,
+    file_size: i64,
+    files: RwLock<Vec<Arc<MappedFile>>>,
+    flushed_where: AtomicI64,
+    store_timestamp: AtomicI64,
+}
+
+impl std::fmt::Debug for MappedFileQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedFileQueue")
+            .field("dir", &self.dir)
+            .field("files", &self.files().len())
+            .finish()
+    }
+}
+
+/// What a folder scan found, before anything is changed.
+struct Listing {
+    files: Vec<(i64, PathBuf, u64)>,
+}
+
+fn list_segments(dir: &Path, file_size: i64) -> Result<Listing> {
+    let entries = std::fs::read_dir(dir).map_err(|e| StoreError::io("cannot list", dir, e))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io("cannot list", dir, e))?;
+        let path = entry.path();
+        let name = entry.file_name();
+        let Some(offset) = name.to_str().and_then(file_name_to_offset) else {
+            return Err(StoreError::corrupted(
+                &path,
+                "unexpected file in a segment folder (names must be 20-digit offsets)",
+            ));
+        };
+        let meta = std::fs::symlink_metadata(&path)
+            .map_err(|e| StoreError::io("cannot stat", &path, e))?;
+        if !meta.is_file() {
+            return Err(StoreError::corrupted(
+                &path,
+                "not a regular file in a segment folder",
+            ));
+        }
+        files.push((offset, path, meta.len()));
+    }
+    files.sort_by_key(|f| f.0);
+    let n = files.len();
+    for (i, (offset, path, len)) in files.iter().enumerate() {
+        let last = i + 1 == n;
+        if *len != file_size as u64 && !(last && *len == 0) {
+            return Err(StoreError::corrupted(
+                path,
+                format!(
+                    "segment is {len} bytes but the configured size is {file_size} \
+                     (was the store written with another segment size?)"
+                ),
+            ));
+        }
+        if offset % file_size != 0 {
+            return Err(StoreError::corrupted(
+                path,
+                format!("segment offset {offset} is not a multiple of the segment size {file_size}"),
+            ));
+        }
+        if i > 0 && *offset != files[i - 1].0 + file_size {
+            return Err(StoreError::corrupted(
+                path,
+                format!(
+                    "gap before this segment: the previous one starts at {}",
+                    files[i - 1].0
+                ),
+            ));
+        }
+    }
+    Ok(Listing { files })
+}
+
+impl MappedFileQueue {
+    /// Loads every segment of `dir` (created if missing). The folder is checked whole before
+    /// anything changes: a foreign file, a wrong size or a gap is an error naming the file. A
+    /// last file of length 0 (a crash during allocation) is then removed, as RocketMQ does.
+    pub fn load(dir: &Path, file_size: i64) -> Result<MappedFileQueue> {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::io("cannot create", dir, e))?;
+        let listing = list_segments(dir, file_size)?;
+        let mut files = Vec::with_capacity(listing.files.len());
+        for (offset, path, len) in listing.files {
+            if len == 0 {
+                log::warn!(
+                    target: "rmqstore.mapped_file_queue",
+                    "removing empty segment {} left by an interrupted allocation",
+                    path.display()
+                );
+                std::fs::remove_file(&path)
+                    .map_err(|e| StoreError::io("cannot remove empty segment", &path, e))?;
+                continue;
+            }
+            files.push(Arc::new(MappedFile::open_existing(&path, offset, file_size)?));
+        }
+        let flushed = files
+            .last()
+            .map(|f| f.file_from_offset() + file_size)
+            .unwrap_or(0);
+        Ok(MappedFileQueue {
+            dir: dir.to_path_buf(),
+            file_size,
+            files: RwLock::new(files),
+            flushed_where: AtomicI64::new(flushed),
+            store_timestamp: AtomicI64::new(0),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn file_size(&self) -> i64 {
+        self.file_size
+    }
+
+    /// Path of the segment starting at `offset`.
+    pub fn path_for(&self, offset: i64) -> PathBuf {
+        self.dir.join(offset_to_file_name(offset))
+    }
+
+    fn read_files(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<MappedFile>>> {
+        self.files.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_files(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Arc<MappedFile>>> {
+        self.files.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A snapshot of the segments, oldest first.
+    pub fn files(&self) -> Vec<Arc<MappedFile>> {
+        self.read_files().clone()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.read_files().is_empty()
+    }
+
+    pub fn first(&self) -> Option<Arc<MappedFile>> {
+        self.read_files().first().cloned()
+    }
+
+    pub fn last(&self) -> Option<Arc<MappedFile>> {
+        self.read_files().last().cloned()
+    }
+
+    /// Where the next segment starts: right after the last one, or the segment holding
+    /// `start_offset` when the queue is empty.
+    pub fn next_file_offset(&self, start_offset: i64) -> i64 {
+        match self.last() {
+            Some(last) => last.file_from_offset() + self.file_size,
+            None => start_offset - start_offset.rem_euclid(self.file_size),
+        }
+    }
+
+    /// Appends a freshly created segment; it must start right after the current last one.
+    pub fn push(&self, file: Arc<MappedFile>) -> Result<()> {
+        let mut files = self.write_files();
+        if let Some(last) = files.last() {
+            if file.file_from_offset() != last.file_from_offset() + self.file_size {
+                return Err(StoreError::corrupted(
+                    file.path(),
+                    "new segment does not follow the last one",
+                ));
+            }
+        }
+        files.push(file);
+        Ok(())
+    }
+
+    /// `findMappedFileByOffset`: the segment holding `offset`, if any.
+    pub fn find_by_offset(&self, offset: i64) -> Option<Arc<MappedFile>> {
+        let files = self.read_files();
+        let first = files.first()?;
+        let last = files.last()?;
+        if offset < first.file_from_offset() || offset >= last.file_from_offset() + self.file_size
+        {
+            return None;
+        }
+        let idx = (offset / self.file_size - first.file_from_offset() / self.file_size) as usize;
+        match files.get(idx) {
+            Some(f)
+                if f.file_from_offset() <= offset
+                    && offset < f.file_from_offset() + self.file_size =>
+            {
+                Some(f.clone())
+            }
+            _ => files
+                .iter()
+                .find(|f| {
+                    f.file_from_offset() <= offset
+                        && offset < f.file_from_offset() + self.file_size
+                })
+                .cloned(),
+        }
+    }
+
+    /// `getMinOffset`: start of the first segment, -1 when empty.
+    pub fn min_offset(&self) -> i64 {
+        self.first().map(|f| f.file_from_offset()).unwrap_or(-1)
+    }
+
+    /// `getMaxOffset`: end of the readable region of the last segment, 0 when empty.
+    pub fn max_offset(&self) -> i64 {
+        self.last()
+            .map(|f| f.file_from_offset() + f.read_position())
+            .unwrap_or(0)
+    }
+
+    pub fn flushed_where(&self) -> i64 {
+        self.flushed_where.load(Ordering::Acquire)
+    }
+
+    pub fn set_flushed_where(&self, offset: i64) {
+        self.flushed_where.store(offset, Ordering::Release);
+    }
+
+    /// Store timestamp of the last message seen by a `flush(0)`.
+    pub fn store_timestamp(&self) -> i64 {
+        self.store_timestamp.load(Ordering::Acquire)
+    }
+
+    /// `flush(leastPages)` on the segment holding the flushed position; true iff nothing moved.
+    pub fn flush(&self, least_pages: i64) -> Result<bool> {
+        let where_ = self.flushed_where();
+        let file = self
+            .find_by_offset(where_)
+            .or_else(|| if where_ == 0 { self.first() } else { None });
+        let Some(file) = file else {
+            return Ok(true);
+        };
+        let ts = file.store_timestamp();
+        let offset = file.flush(least_pages)?;
+        let new_where = file.file_from_offset() + offset;
+        let unchanged = new_where == where_;
+        self.set_flushed_where(new_where);
+        if least_pages == 0 {
+            self.store_timestamp.store(ts, Ordering::Release);
+        }
+        Ok(unchanged)
+    }
+
+    /// `truncateDirtyFiles`: the segment holding `offset` ends there (its tail zeroed), later
+    /// segments are deleted. Callers exclude readers past `offset`.
+    pub fn truncate_dirty(&self, offset: i64) -> Result<()> {
+        let mut files = self.write_files();
+        let mut keep = Vec::with_capacity(files.len());
+        for f in files.drain(..) {
+            let end = f.file_from_offset() + self.file_size;
+            if end > offset {
+                if offset >= f.file_from_offset() {
+                    f.truncate_to(offset - f.file_from_offset())?;
+                    keep.push(f);
+                } else {
+                    log::info!(
+                        target: "rmqstore.mapped_file_queue",
+                        "deleting segment {} past the truncation offset {offset}",
+                        f.path().display()
+                    );
+                    f.destroy()?;
+                }
+            } else {
+                keep.push(f);
+            }
+        }
+        *files = keep;
+        drop(files);
+        if self.flushed_where() > offset {
+            self.set_flushed_where(offset);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rmqstore-mfq-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn fill(q: &MappedFileQueue, n: usize, rec: i64) {
+        for _ in 0..n {
+            let last = q.last().filter(|f| !f.is_full());
+            let f = match last {
+                Some(f) => f,
+                None => {
+                    let off = q.next_file_offset(0);
+                    let f = Arc::new(MappedFile::create(&q.path_for(off), off, q.file_size()).unwrap());
+                    q.push(f.clone()).unwrap();
+                    f
+                }
+            };
+            unsafe { f.append_with(rec, |b| b.fill(1)) }.unwrap();
+        }
+    }
+
+    #[test]
+    fn roll_find_flush_like_mapped_file_queue_test() {
+        let d = tmp("roll");
+        let q = MappedFileQueue::load(&d, 1024).unwrap();
+        fill(&q, 128, 16); // 2 files of 1 KiB
+        assert_eq!(q.files().len(), 2);
+        assert_eq!(q.max_offset(), 2048);
+        assert_eq!(q.min_offset(), 0);
+        assert_eq!(q.find_by_offset(0).unwrap().file_from_offset(), 0);
+        assert_eq!(q.find_by_offset(1023).unwrap().file_from_offset(), 0);
+        assert_eq!(q.find_by_offset(1024).unwrap().file_from_offset(), 1024);
+        assert_eq!(q.find_by_offset(2047).unwrap().file_from_offset(), 1024);
+        assert!(q.find_by_offset(2048).is_none());
+        assert!(q.find_by_offset(-1).is_none());
+        // flush(0) moves 1 KiB per call and returns false while it moves.
+        q.set_flushed_where(0);
+        assert!(!q.flush(0).unwrap());
+        assert_eq!(q.flushed_where(), 1024);
+        assert!(!q.flush(0).unwrap());
+        assert_eq!(q.flushed_where(), 2048);
+        assert!(q.flush(0).unwrap());
+        // Truncation into the first file deletes the second.
+        q.truncate_dirty(512).unwrap();
+        assert_eq!(q.files().len(), 1);
+        assert_eq!(q.max_offset(), 512);
+        assert!(!d.join("00000000000000001024").exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn strict_load() {
+        let d = tmp("strict");
+        let q = MappedFileQueue::load(&d, 1024).unwrap();
+        fill(&q, 100, 16);
+        drop(q);
+        // A zero-length last file is removed.
+        std::fs::write(d.join("00000000000000002048"), b"").unwrap();
+        let q = MappedFileQueue::load(&d, 1024).unwrap();
+        assert_eq!(q.files().len(), 2);
+        assert!(!d.join("00000000000000002048").exists());
+        drop(q);
+        // Wrong configured size: error naming the file, nothing removed.
+        let err = MappedFileQueue::load(&d, 2048).unwrap_err().to_string();
+        assert!(err.contains("00000000000000000000"), "{err}");
+        // A stray file.
+        std::fs::write(d.join("notes.txt"), b"x").unwrap();
+        let err = MappedFileQueue::load(&d, 1024).unwrap_err().to_string();
+        assert!(err.contains("notes.txt"), "{err}");
+        std::fs::remove_file(d.join("notes.txt")).unwrap();
+        // A gap.
+        std::fs::rename(d.join("00000000000000001024"), d.join("00000000000000003072")).unwrap();
+        let err = MappedFileQueue::load(&d, 1024).unwrap_err().to_string();
+        assert!(err.contains("gap"), "{err}");
+        assert!(d.join("00000000000000003072").exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

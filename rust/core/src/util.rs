@@ -1,0 +1,107 @@
+//! Small shared helpers whose results are part of RocketMQ's formats: Java `String.hashCode`,
+//! the masked CRC32, 20-digit file names and upper-case hex.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Java `String.hashCode()`: `h = 31*h + u` over the UTF-16 code units, wrapping 32-bit.
+///
+/// RocketMQ uses it for tag codes, index keys and lock striping, so the UTF-16 view matters for
+/// any character outside the BMP (a surrogate pair contributes two code units).
+pub fn java_hash(s: &str) -> i32 {
+    let mut h: i32 = 0;
+    if s.is_ascii() {
+        for &b in s.as_bytes() {
+            h = h.wrapping_mul(31).wrapping_add(i32::from(b));
+        }
+    } else {
+        for u in s.encode_utf16() {
+            h = h.wrapping_mul(31).wrapping_add(i32::from(u));
+        }
+    }
+    h
+}
+
+/// `UtilAll.crc32`: CRC32 (IEEE) masked with `0x7FFFFFFF`, so never negative.
+#[inline]
+pub fn masked_crc32(data: &[u8]) -> i32 {
+    (crc32fast::hash(data) & 0x7FFF_FFFF) as i32
+}
+
+/// `UtilAll.offset2FileName`: the offset as 20 zero-padded decimal digits.
+pub fn offset_to_file_name(offset: i64) -> String {
+    format!("{offset:020}")
+}
+
+/// Parses a 20-digit segment name back into its start offset; anything else is `None`.
+pub fn file_name_to_offset(name: &str) -> Option<i64> {
+    if name.len() != 20 || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse::<i64>().ok()
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// `UtilAll.bytes2string`: upper-case hex, two characters per byte.
+pub fn hex_upper(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0x0F)] as char);
+    }
+    out
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before 1970).
+pub fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn java_hash_vectors_from_the_spec() {
+        assert_eq!(java_hash("TAG1"), 2_567_159);
+        assert_eq!(java_hash("TagA"), 2_598_919);
+        assert_eq!(java_hash("abc"), 96_354);
+        assert_eq!(java_hash("FooBar#Hello"), -101_609_924);
+        assert_eq!(java_hash("polygenelubricants"), i32::MIN);
+        assert_eq!(java_hash(""), 0);
+    }
+
+    #[test]
+    fn java_hash_uses_utf16_code_units() {
+        // U+1F600 is the surrogate pair D83D DE00 in UTF-16.
+        let expected = 0xD83Di32.wrapping_mul(31).wrapping_add(0xDE00);
+        assert_eq!(java_hash("\u{1F600}"), expected);
+        // A BMP character is one code unit.
+        assert_eq!(java_hash("\u{00e9}"), 0xE9);
+    }
+
+    #[test]
+    fn masked_crc_vector_from_the_spec() {
+        assert_eq!(crc32fast::hash(b"body"), 3_685_223_346);
+        assert_eq!(masked_crc32(b"body"), 1_537_739_698);
+        assert_eq!(masked_crc32(b""), 0);
+    }
+
+    #[test]
+    fn file_names_are_twenty_digits() {
+        assert_eq!(offset_to_file_name(0), "00000000000000000000");
+        assert_eq!(offset_to_file_name(1_073_741_824), "00000000001073741824");
+        assert_eq!(file_name_to_offset("00000000001073741824"), Some(1_073_741_824));
+        assert_eq!(file_name_to_offset("1073741824"), None);
+        assert_eq!(file_name_to_offset("0000000000107374182x"), None);
+        assert_eq!(file_name_to_offset("+0000000001073741824"), None);
+    }
+
+    #[test]
+    fn hex_is_upper_case() {
+        assert_eq!(hex_upper(&[0x00, 0xAB, 0x7f]), "00AB7F");
+    }
+}

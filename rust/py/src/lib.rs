@@ -1,0 +1,27 @@
+//! `rmqstore._rmqstore`: the PyO3 binding of `rmqstore-core`. Thin by design: argument
+//! extraction, GIL release around every file operation, result conversion and error mapping.
+
+mod errors;
+mod message;
+mod store;
+
+#[pyo3::pymodule]
+mod _rmqstore {
+    #[pymodule_export]
+    use crate::message::{Message, MessageExt, PutMessageResult};
+    #[pymodule_export]
+    use crate::store::Store;
+
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        // Rust `log` records go to Python's `logging` (loggers named "rmqstore.*").
+        let _ = pyo3_log::try_init();
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        m.add("BLANK_MAGIC_CODE", rmqstore_core::message::BLANK_MAGIC_CODE)?;
+        m.add("MESSAGE_MAGIC_CODE", rmqstore_core::message::MESSAGE_MAGIC_CODE_V1)?;
+        m.add("MESSAGE_MAGIC_CODE_V2", rmqstore_core::message::MESSAGE_MAGIC_CODE_V2)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,393 @@
+//! `Message`, `MessageExt` and `PutMessageResult` as Python classes over the core types.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
+use rmqstore_core::message::{self as codec, property, HostAddr, PutMessageStatus};
+use rmqstore_core::util::now_millis;
+use rmqstore_core::{AppendResult, MessageExt as CoreMessageExt};
+
+/// Copies a bytes-like object (bytes, bytearray, memoryview, any buffer) into a vector.
+pub fn extract_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return Ok(b.to_vec());
+    }
+    if obj.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be bytes, not str (encode it first, e.g. text.encode())"
+        )));
+    }
+    match pyo3::buffer::PyBuffer::<u8>::get(obj) {
+        Ok(buf) => buf.to_vec(obj.py()),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "{what} must be bytes-like, not {}",
+            obj.get_type().name()?
+        ))),
+    }
+}
+
+/// `keys` as a list of strings or one space-separated string; returns the KEYS value.
+pub fn keys_value(keys: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    let Some(keys) = keys else { return Ok(None) };
+    if keys.is_none() {
+        return Ok(None);
+    }
+    if let Ok(s) = keys.cast::<PyString>() {
+        let s = s.to_str()?;
+        let joined = s.split(' ').filter(|k| !k.is_empty()).collect::<Vec<_>>().join(" ");
+        return Ok((!joined.is_empty()).then_some(joined));
+    }
+    let mut parts: Vec<String> = Vec::new();
+    for item in keys.try_iter().map_err(|_| {
+        PyTypeError::new_err("keys must be a string or an iterable of strings")
+    })? {
+        let item = item?;
+        let k: String = item
+            .extract()
+            .map_err(|_| PyTypeError::new_err("every key must be a str"))?;
+        if k.is_empty() || k.contains(char::is_whitespace) {
+            return Err(PyValueError::new_err(format!(
+                "key {k:?} is empty or contains whitespace (keys are stored space-separated)"
+            )));
+        }
+        parts.push(k);
+    }
+    Ok((!parts.is_empty()).then(|| parts.join(" ")))
+}
+
+/// Builds the ordered property list: user properties, then TAGS and KEYS.
+pub fn build_properties(
+    tags: Option<&str>,
+    keys: Option<String>,
+    properties: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    if let Some(p) = properties.filter(|p| !p.is_none()) {
+        let dict = p
+            .cast::<PyDict>()
+            .map_err(|_| PyTypeError::new_err("properties must be a dict of str to str"))?;
+        for (k, v) in dict.iter() {
+            let k: String = k
+                .extract()
+                .map_err(|_| PyTypeError::new_err("property names must be str"))?;
+            let v: String = v.extract().map_err(|_| {
+                PyTypeError::new_err(format!("property {k:?} must have a str value"))
+            })?;
+            if (k == property::TAGS && tags.is_some()) || (k == property::KEYS && keys.is_some()) {
+                return Err(PyValueError::new_err(format!(
+                    "{k} is given both as an argument and in properties"
+                )));
+            }
+            out.push((k, v));
+        }
+    }
+    if let Some(t) = tags.filter(|t| !t.is_empty()) {
+        out.push((property::TAGS.to_owned(), t.to_owned()));
+    }
+    if let Some(k) = keys {
+        out.push((property::KEYS.to_owned(), k));
+    }
+    Ok(out)
+}
+
+pub fn parse_host(s: &str, what: &str) -> PyResult<HostAddr> {
+    HostAddr::parse(s).ok_or_else(|| {
+        crate::errors::invalid_argument(format!(
+            "{what} {s:?} is not an address like \"10.0.0.1:10911\" or \"[::1]:10911\""
+        ))
+    })
+}
+
+fn props_dict<'py>(py: Python<'py>, props: &[(String, String)]) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in props {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
+fn find<'a>(props: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    props.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+fn split_keys(v: Option<&str>) -> Vec<&str> {
+    v.map(|s| s.split(property::KEY_SEPARATOR).filter(|k| !k.is_empty()).collect())
+        .unwrap_or_default()
+}
+
+/// A message to put. Immutable once built.
+#[pyclass(frozen, module = "rmqstore._rmqstore")]
+pub struct Message {
+    pub inner: codec::Message,
+}
+
+#[pymethods]
+impl Message {
+    #[new]
+    #[pyo3(signature = (topic, body, *, tags=None, keys=None, properties=None, flag=0, queue_id=0, born_timestamp=None, born_host=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        topic: String,
+        body: &Bound<'_, PyAny>,
+        tags: Option<String>,
+        keys: Option<&Bound<'_, PyAny>>,
+        properties: Option<&Bound<'_, PyAny>>,
+        flag: i32,
+        queue_id: i32,
+        born_timestamp: Option<i64>,
+        born_host: Option<String>,
+    ) -> PyResult<Self> {
+        let body = extract_bytes(body, "body")?;
+        let keys = keys_value(keys)?;
+        let properties = build_properties(tags.as_deref(), keys, properties)?;
+        let born_host = born_host
+            .map(|h| parse_host(&h, "born_host"))
+            .transpose()?;
+        Ok(Message {
+            inner: codec::Message {
+                topic,
+                body,
+                queue_id,
+                flag,
+                sys_flag: 0,
+                born_timestamp: born_timestamp.unwrap_or_else(now_millis),
+                born_host,
+                properties,
+                reconsume_times: 0,
+                prepared_transaction_offset: 0,
+            },
+        })
+    }
+
+    #[getter]
+    fn topic(&self) -> &str {
+        &self.inner.topic
+    }
+    #[getter]
+    fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.body)
+    }
+    #[getter]
+    fn tags(&self) -> Option<&str> {
+        self.inner.property(property::TAGS)
+    }
+    #[getter]
+    fn keys(&self) -> Vec<&str> {
+        split_keys(self.inner.property(property::KEYS))
+    }
+    #[getter]
+    fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        props_dict(py, &self.inner.properties)
+    }
+    #[getter]
+    fn flag(&self) -> i32 {
+        self.inner.flag
+    }
+    #[getter]
+    fn queue_id(&self) -> i32 {
+        self.inner.queue_id
+    }
+    #[getter]
+    fn born_timestamp(&self) -> i64 {
+        self.inner.born_timestamp
+    }
+    #[getter]
+    fn born_host(&self) -> Option<String> {
+        self.inner.born_host.map(|h| h.to_string())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Message(topic={:?}, body=<{} bytes>, tags={:?}, keys={:?}, queue_id={})",
+            self.inner.topic,
+            self.inner.body.len(),
+            self.inner.property(property::TAGS),
+            split_keys(self.inner.property(property::KEYS)),
+            self.inner.queue_id
+        )
+    }
+}
+
+/// A stored message read back from the commitlog.
+#[pyclass(frozen, module = "rmqstore._rmqstore")]
+pub struct MessageExt {
+    pub inner: CoreMessageExt,
+}
+
+#[pymethods]
+impl MessageExt {
+    #[getter]
+    fn topic(&self) -> &str {
+        &self.inner.topic
+    }
+    #[getter]
+    fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.body)
+    }
+    #[getter]
+    fn queue_id(&self) -> i32 {
+        self.inner.queue_id
+    }
+    #[getter]
+    fn queue_offset(&self) -> i64 {
+        self.inner.queue_offset
+    }
+    #[getter]
+    fn commit_log_offset(&self) -> i64 {
+        self.inner.commit_log_offset
+    }
+    #[getter]
+    fn store_size(&self) -> i32 {
+        self.inner.store_size
+    }
+    #[getter]
+    fn body_crc(&self) -> i32 {
+        self.inner.body_crc
+    }
+    #[getter]
+    fn flag(&self) -> i32 {
+        self.inner.flag
+    }
+    #[getter]
+    fn sys_flag(&self) -> i32 {
+        self.inner.sys_flag
+    }
+    #[getter]
+    fn born_timestamp(&self) -> i64 {
+        self.inner.born_timestamp
+    }
+    #[getter]
+    fn born_host(&self) -> String {
+        self.inner.born_host.to_string()
+    }
+    #[getter]
+    fn store_timestamp(&self) -> i64 {
+        self.inner.store_timestamp
+    }
+    #[getter]
+    fn store_host(&self) -> String {
+        self.inner.store_host.to_string()
+    }
+    #[getter]
+    fn reconsume_times(&self) -> i32 {
+        self.inner.reconsume_times
+    }
+    #[getter]
+    fn prepared_transaction_offset(&self) -> i64 {
+        self.inner.prepared_transaction_offset
+    }
+    #[getter]
+    fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        props_dict(py, &self.inner.properties)
+    }
+    #[getter]
+    fn tags(&self) -> Option<&str> {
+        find(&self.inner.properties, property::TAGS)
+    }
+    #[getter]
+    fn keys(&self) -> Vec<&str> {
+        split_keys(find(&self.inner.properties, property::KEYS))
+    }
+    #[getter]
+    fn msg_id(&self) -> String {
+        self.inner.msg_id()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "MessageExt(topic={:?}, queue_id={}, queue_offset={}, commit_log_offset={}, body=<{} bytes>, tags={:?})",
+            self.inner.topic,
+            self.inner.queue_id,
+            self.inner.queue_offset,
+            self.inner.commit_log_offset,
+            self.inner.body.len(),
+            find(&self.inner.properties, property::TAGS),
+        )
+    }
+}
+
+static PUT_STATUS_MEMBERS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+
+/// The `rmqstore.PutMessageStatus` member for a core status.
+pub fn put_status_member(py: Python<'_>, status: PutMessageStatus) -> PyResult<Bound<'_, PyAny>> {
+    let members = PUT_STATUS_MEMBERS.get_or_try_init(py, || -> PyResult<Vec<Py<PyAny>>> {
+        let cls = py.import("rmqstore.enums")?.getattr("PutMessageStatus")?;
+        PutMessageStatus::ALL
+            .iter()
+            .map(|s| cls.getattr(s.name()).map(Bound::unbind))
+            .collect()
+    })?;
+    Ok(members[status as usize].bind(py).clone())
+}
+
+/// What a put answered.
+#[pyclass(frozen, module = "rmqstore._rmqstore")]
+pub struct PutMessageResult {
+    pub inner: AppendResult,
+    pub store_host: HostAddr,
+}
+
+#[pymethods]
+impl PutMessageResult {
+    #[getter]
+    fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        put_status_member(py, self.inner.status)
+    }
+    #[getter]
+    fn ok(&self) -> bool {
+        self.inner.is_ok()
+    }
+    #[getter]
+    fn wrote_offset(&self) -> i64 {
+        self.inner.wrote_offset
+    }
+    #[getter]
+    fn wrote_bytes(&self) -> i64 {
+        self.inner.wrote_bytes
+    }
+    #[getter]
+    fn queue_offset(&self) -> i64 {
+        self.inner.queue_offset
+    }
+    #[getter]
+    fn store_timestamp(&self) -> i64 {
+        self.inner.store_timestamp
+    }
+    #[getter]
+    fn msg_num(&self) -> usize {
+        self.inner.msg_num()
+    }
+    /// Offset message ids, comma-joined for a batch (None when nothing was written).
+    #[getter]
+    fn msg_id(&self) -> Option<String> {
+        if !self.inner.is_ok() {
+            return None;
+        }
+        let ids: Vec<String> = self
+            .inner
+            .record_offsets()
+            .map(|o| codec::message_id(&self.store_host, o))
+            .collect();
+        Some(ids.join(","))
+    }
+    /// Commitlog offset of every record written, in order.
+    #[getter]
+    fn record_offsets<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.inner.record_offsets())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "PutMessageResult(status={}, wrote_offset={}, wrote_bytes={}, queue_offset={}, msg_num={})",
+            self.inner.status.name(),
+            self.inner.wrote_offset,
+            self.inner.wrote_bytes,
+            self.inner.queue_offset,
+            self.inner.msg_num()
+        )
+    }
+}

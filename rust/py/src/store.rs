@@ -1,0 +1,246 @@
+//! The `Store` class: the Rust store handle the Python `MessageStore` drives. Every method that
+//! touches files, maps or locks runs detached from the interpreter (GIL released) and holds no
+//! Python object while it does.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use rmqstore_core::commitlog::Batch;
+use rmqstore_core::message::HostAddr;
+use rmqstore_core::util::now_millis;
+use rmqstore_core::{FlushDiskType, MessageStore, StoreConfig};
+
+use crate::errors::{invalid_argument, IntoPyResult};
+use crate::message::{build_properties, keys_value, Message, MessageExt, PutMessageResult};
+
+fn config_from_dict(cfg: &Bound<'_, PyDict>) -> PyResult<StoreConfig> {
+    let mut c = StoreConfig::default();
+    if let Some(v) = cfg.get_item("store_path_commit_log")? {
+        if !v.is_none() {
+            c.store_path_commit_log = Some(v.extract::<PathBuf>()?);
+        }
+    }
+    if let Some(v) = cfg.get_item("mapped_file_size_commit_log")? {
+        c.mapped_file_size_commit_log = v.extract()?;
+    }
+    if let Some(v) = cfg.get_item("max_message_size")? {
+        c.max_message_size = v.extract()?;
+    }
+    if let Some(v) = cfg.get_item("warm_mapped_file_enable")? {
+        c.warm_mapped_file_enable = v.extract()?;
+    }
+    if let Some(v) = cfg.get_item("flush_least_pages_when_warm_mapped_file")? {
+        c.flush_least_pages_when_warm_mapped_file = v.extract()?;
+    }
+    if let Some(v) = cfg.get_item("check_crc_on_recover")? {
+        c.check_crc_on_recover = v.extract()?;
+    }
+    if let Some(v) = cfg.get_item("flush_disk_type")? {
+        let s: String = v.extract()?;
+        c.flush_disk_type = FlushDiskType::parse(&s).ok_or_else(|| {
+            crate::errors::to_pyerr(rmqstore_core::StoreError::config(
+                "flush_disk_type",
+                format!("must be ASYNC_FLUSH or SYNC_FLUSH, got {s:?}"),
+            ))
+        })?;
+    }
+    if let Some(v) = cfg.get_item("store_host")? {
+        let s: String = v.extract()?;
+        c.store_host = HostAddr::parse(&s).ok_or_else(|| {
+            crate::errors::to_pyerr(rmqstore_core::StoreError::config(
+                "store_host",
+                format!("{s:?} is not an address like \"10.0.0.1:10911\""),
+            ))
+        })?;
+    }
+    Ok(c)
+}
+
+/// Copies a sequence of bytes-like bodies into one buffer (so no Python object is touched while
+/// detached); returns the buffer and each body's end.
+fn gather_bodies(bodies: &Bound<'_, PyAny>) -> PyResult<(Vec<u8>, Vec<usize>)> {
+    let mut buf = Vec::new();
+    let mut ends = Vec::new();
+    let iter = bodies
+        .try_iter()
+        .map_err(|_| PyTypeError::new_err("bodies must be an iterable of bytes"))?;
+    if let Ok(n) = bodies.len() {
+        ends.reserve(n);
+    }
+    for item in iter {
+        let item = item?;
+        if let Ok(b) = item.cast::<pyo3::types::PyBytes>() {
+            buf.extend_from_slice(b.as_bytes());
+        } else {
+            buf.extend_from_slice(&crate::message::extract_bytes(&item, "every body")?);
+        }
+        ends.push(buf.len());
+    }
+    Ok((buf, ends))
+}
+
+/// The Rust store behind `rmqstore.MessageStore`.
+#[pyclass(frozen, module = "rmqstore._rmqstore")]
+pub struct Store {
+    inner: Arc<MessageStore>,
+}
+
+#[pymethods]
+impl Store {
+    /// Opens (creating if needed) the store folder: lock, load, recover.
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf, config: &Bound<'_, PyDict>) -> PyResult<Self> {
+        let cfg = config_from_dict(config)?;
+        let store = py
+            .detach(|| MessageStore::open(&path, cfg))
+            .into_py_result()?;
+        Ok(Store {
+            inner: Arc::new(store),
+        })
+    }
+
+    fn put_message(&self, py: Python<'_>, msg: &Bound<'_, Message>) -> PyResult<PutMessageResult> {
+        let m = &msg.get().inner;
+        let store = &self.inner;
+        let r = py.detach(|| store.put_message(m)).into_py_result()?;
+        Ok(PutMessageResult {
+            inner: r,
+            store_host: store.config().store_host,
+        })
+    }
+
+    #[pyo3(signature = (topic, queue_id, bodies, *, tags=None, keys=None, properties=None, flag=0, born_timestamp=None, born_host=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn put_messages(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        queue_id: i32,
+        bodies: &Bound<'_, PyAny>,
+        tags: Option<String>,
+        keys: Option<&Bound<'_, PyAny>>,
+        properties: Option<&Bound<'_, PyAny>>,
+        flag: i32,
+        born_timestamp: Option<i64>,
+        born_host: Option<String>,
+    ) -> PyResult<PutMessageResult> {
+        let keys = keys_value(keys)?;
+        let props = build_properties(tags.as_deref(), keys, properties)?;
+        let born_host = born_host
+            .map(|h| crate::message::parse_host(&h, "born_host"))
+            .transpose()?;
+        let (buf, ends) = gather_bodies(bodies)?;
+        let store = &self.inner;
+        let born_timestamp = born_timestamp.unwrap_or_else(now_millis);
+        let r = py
+            .detach(|| {
+                let mut slices: Vec<&[u8]> = Vec::with_capacity(ends.len());
+                let mut start = 0;
+                for &end in &ends {
+                    slices.push(&buf[start..end]);
+                    start = end;
+                }
+                store.put_messages(&Batch {
+                    topic: &topic,
+                    queue_id,
+                    bodies: &slices,
+                    properties: &props,
+                    flag,
+                    born_timestamp,
+                    born_host,
+                })
+            })
+            .into_py_result()?;
+        Ok(PutMessageResult {
+            inner: r,
+            store_host: store.config().store_host,
+        })
+    }
+
+    fn look_message_by_offset(&self, py: Python<'_>, offset: i64) -> PyResult<Option<MessageExt>> {
+        let store = &self.inner;
+        let m = py
+            .detach(|| store.look_message_by_offset(offset))
+            .into_py_result()?;
+        Ok(m.map(|inner| MessageExt { inner }))
+    }
+
+    fn get_max_phy_offset(&self, py: Python<'_>) -> PyResult<i64> {
+        let store = &self.inner;
+        py.detach(|| store.max_phy_offset()).into_py_result()
+    }
+
+    fn get_min_phy_offset(&self, py: Python<'_>) -> PyResult<i64> {
+        let store = &self.inner;
+        py.detach(|| store.min_phy_offset()).into_py_result()
+    }
+
+    fn next_queue_offset(&self, py: Python<'_>, topic: String, queue_id: i32) -> PyResult<i64> {
+        let store = &self.inner;
+        py.detach(|| store.next_queue_offset(&topic, queue_id))
+            .into_py_result()
+    }
+
+    fn flush(&self, py: Python<'_>) -> PyResult<i64> {
+        let store = &self.inner;
+        py.detach(|| store.flush()).into_py_result()
+    }
+
+    fn commitlog_segments<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let store = &self.inner;
+        let files = py.detach(|| store.commitlog_segments()).into_py_result()?;
+        PyList::new(py, files)
+    }
+
+    fn recovery_report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let r = self.inner.recovery_report();
+        let d = PyDict::new(py);
+        d.set_item("process_offset", r.process_offset)?;
+        d.set_item("messages", r.messages)?;
+        d.set_item("discarded_bytes", r.discarded_bytes)?;
+        d.set_item("stop_reason", r.stop_reason.clone())?;
+        Ok(d)
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    fn attach_allocation_service(&self) {
+        self.inner.attach_allocation_service();
+    }
+
+    /// One round of the allocation service; returns (allocated, unlocked, stopped).
+    fn allocation_service_step(&self, py: Python<'_>, timeout_ms: u64) -> (u32, u32, bool) {
+        let store = &self.inner;
+        let s = py.detach(|| store.allocation_service_step(Duration::from_millis(timeout_ms)));
+        (s.allocated, s.unlocked, s.stopped)
+    }
+
+    fn preallocated_offsets(&self) -> Vec<i64> {
+        self.inner.preallocated_offsets()
+    }
+
+    fn stop_services(&self, py: Python<'_>) {
+        let store = &self.inner;
+        py.detach(|| store.stop_services());
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let store = &self.inner;
+        py.detach(|| store.close()).into_py_result()
+    }
+
+    /// Checks an address string the way the store parses `store_host` / `born_host`.
+    #[staticmethod]
+    fn check_host(host: &str) -> PyResult<String> {
+        HostAddr::parse(host)
+            .map(|h| h.to_string())
+            .ok_or_else(|| invalid_argument(format!("{host:?} is not an address")))
+    }
+}
