@@ -47,11 +47,19 @@ rust-test:
 py-test: $(WHEEL)
 	$(BIN)/pytest -q tests
 
+# Benchmarks: pytest-benchmark writes JSON, benches/report.py turns it into the issues' figures
+# (ratios against baselines measured in the same run) and checks the targets.
 bench-quick: $(WHEEL)
-	$(BIN)/python benches/run.py --quick
+	mkdir -p bench-results
+	RMQ_BENCH_QUICK=1 $(BIN)/pytest -q benches --benchmark-json=bench-results/quick.json \
+		--benchmark-columns=median,min,rounds
+	$(BIN)/python benches/report.py bench-results/quick.json --quick
 
 bench: $(WHEEL)
-	$(BIN)/python benches/run.py
+	mkdir -p bench-results
+	$(BIN)/pytest -q benches --benchmark-json=bench-results/full.json \
+		--benchmark-columns=median,min,rounds
+	$(BIN)/python benches/report.py bench-results/full.json
 
 test: lint rust-test py-test bench-quick
 

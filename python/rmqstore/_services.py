@@ -62,6 +62,10 @@ class ServiceThread:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def stats(self) -> dict[str, float]:
+        """Counters of what the service did."""
+        return {"alive": float(self.alive)}
+
 
 class AllocateMappedFileService(ServiceThread):
     """Creates the next commitlog segment before it is needed, warms it when configured, and
@@ -77,13 +81,24 @@ class AllocateMappedFileService(ServiceThread):
         self._core = core
         self.allocated = 0
         self.unlocked = 0
+        #: Seconds spent creating (and warming) segments.
+        self.alloc_seconds = 0.0
 
     def start(self) -> None:
         self._core.attach_allocation_service()
         super().start()
 
+    def stats(self) -> dict[str, float]:
+        return {
+            **super().stats(),
+            "allocated": float(self.allocated),
+            "unlocked": float(self.unlocked),
+            "alloc_seconds": self.alloc_seconds,
+        }
+
     def run_once(self) -> bool:
-        allocated, unlocked, stopped = self._core.allocation_service_step(self.poll_ms)
+        allocated, unlocked, stopped, seconds = self._core.allocation_service_step(self.poll_ms)
         self.allocated += allocated
         self.unlocked += unlocked
+        self.alloc_seconds += seconds
         return not stopped

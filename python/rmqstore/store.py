@@ -173,6 +173,10 @@ class MessageStore:
         """Paths of the commitlog segment files, oldest first."""
         return self._core.commitlog_segments()
 
+    def service_stats(self) -> dict[str, dict[str, float]]:
+        """Counters of the background services, by service name."""
+        return {service.name: service.stats() for service in self._services}
+
     def recovery_report(self) -> dict[str, Any]:
         """What recovery found when the store was opened."""
         return self._core.recovery_report()

@@ -54,6 +54,8 @@ pub struct ServiceStep {
     pub allocated: u32,
     pub unlocked: u32,
     pub stopped: bool,
+    /// Time spent creating (and warming) segments in this step.
+    pub alloc_nanos: u64,
 }
 
 impl Allocator {
@@ -91,8 +93,15 @@ impl Allocator {
     /// or created now. Also asks the service for the segment after it.
     pub fn obtain(&self, offset: i64) -> Result<Arc<MappedFile>> {
         let mut st = self.lock();
+        let failed = |e: String| {
+            StoreError::io(
+                "cannot allocate segment",
+                self.dir.join(offset_to_file_name(offset)),
+                std::io::Error::other(e),
+            )
+        };
         let result = if let Some(r) = st.ready.remove(&offset) {
-            r.map_err(|e| StoreError::io("cannot allocate segment", self.dir.join(offset_to_file_name(offset)), std::io::Error::other(e)))
+            r.map_err(failed)
         } else if st.service_attached && !st.stopped {
             if st.in_progress != Some(offset) {
                 st.pending.insert(offset);
@@ -101,13 +110,7 @@ impl Allocator {
             let deadline = Instant::now() + ALLOCATE_WAIT;
             loop {
                 if let Some(r) = st.ready.remove(&offset) {
-                    break r.map_err(|e| {
-                        StoreError::io(
-                            "cannot allocate segment",
-                            self.dir.join(offset_to_file_name(offset)),
-                            std::io::Error::other(e),
-                        )
-                    });
+                    break r.map_err(failed);
                 }
                 let now = Instant::now();
                 if now >= deadline || st.stopped || !st.service_attached {
@@ -180,7 +183,11 @@ impl Allocator {
                 return out;
             }
             let now = Instant::now();
-            let due_unlock = st.unlock_queue.front().map(|(t, _)| *t <= now).unwrap_or(false);
+            let due_unlock = st
+                .unlock_queue
+                .front()
+                .map(|(t, _)| *t <= now)
+                .unwrap_or(false);
             if !st.pending.is_empty() || due_unlock || now >= deadline {
                 break;
             }
@@ -188,11 +195,20 @@ impl Allocator {
             if let Some((t, _)) = st.unlock_queue.front() {
                 wait = wait.min(t.saturating_duration_since(now));
             }
-            st = self.cv.wait_timeout(st, wait).unwrap_or_else(|p| p.into_inner()).0;
+            st = self
+                .cv
+                .wait_timeout(st, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         let now = Instant::now();
         let mut unlock = Vec::new();
-        while st.unlock_queue.front().map(|(t, _)| *t <= now).unwrap_or(false) {
+        while st
+            .unlock_queue
+            .front()
+            .map(|(t, _)| *t <= now)
+            .unwrap_or(false)
+        {
             if let Some((_, f)) = st.unlock_queue.pop_front() {
                 unlock.push(f);
             }
@@ -207,10 +223,12 @@ impl Allocator {
             out.unlocked += 1;
         }
         if let Some(offset) = job {
+            let started = Instant::now();
             let r = self.create(offset).map_err(|e| {
                 log::error!(target: "rmqstore.allocate", "segment allocation failed: {e}");
                 e.to_string()
             });
+            out.alloc_nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
             let mut st = self.lock();
             st.in_progress = None;
             if st.stopped {
@@ -258,7 +276,11 @@ impl Allocator {
             if now >= deadline {
                 break;
             }
-            st = self.cv.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            st = self
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 

@@ -1,7 +1,6 @@
 //! The commitlog: every message of every topic appended to one sequence of segments
 //! (RocketMQ's `CommitLog`), plus the topic-queue offset table that numbers messages per queue.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -12,9 +11,9 @@ use crate::error::{Result, StoreError};
 use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::{
-    check_envelope, check_record, render_properties, sysflag, write_blank, DecodedRecord,
-    HostAddr, Message, MessageLimits, PreparedMessage, PutMessageStatus, RecordCheck,
-    RecordEnvelope, END_FILE_MIN_BLANK_LENGTH,
+    check_envelope, check_record, render_properties, sysflag, write_blank, DecodedRecord, HostAddr,
+    Message, MessageLimits, PreparedBody, PutMessageStatus, RecordCheck, RecordEnvelope,
+    RecordTemplate, END_FILE_MIN_BLANK_LENGTH,
 };
 use crate::util::now_millis;
 
@@ -55,11 +54,13 @@ impl AppendResult {
 
     /// Commitlog offset of every record.
     pub fn record_offsets(&self) -> impl Iterator<Item = i64> + '_ {
-        self.record_sizes.iter().scan(self.wrote_offset, |at, &size| {
-            let here = *at;
-            *at += i64::from(size);
-            Some(here)
-        })
+        self.record_sizes
+            .iter()
+            .scan(self.wrote_offset, |at, &size| {
+                let here = *at;
+                *at += i64::from(size);
+                Some(here)
+            })
     }
 }
 
@@ -159,7 +160,8 @@ impl CommitLog {
 
     fn lock_put(&self) -> MutexGuard<'_, PutState> {
         let g = self.put.lock().unwrap_or_else(|p| p.into_inner());
-        self.begin_time_in_lock.store(now_millis(), Ordering::Release);
+        self.begin_time_in_lock
+            .store(now_millis(), Ordering::Release);
         g
     }
 
@@ -202,12 +204,11 @@ impl CommitLog {
 
     /// Appends one message (`asyncPutMessage`, without the flush/HA waits of later layers).
     pub fn put_message(&self, msg: &Message) -> AppendResult {
-        let props = match render_properties(
-            msg.properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        ) {
-            Ok(p) => p,
-            Err(s) => return AppendResult::failed(s),
-        };
+        let props =
+            match render_properties(msg.properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+                Ok(p) => p,
+                Err(s) => return AppendResult::failed(s),
+            };
         let mut env = self.envelope(
             &msg.topic,
             msg.queue_id,
@@ -221,12 +222,11 @@ impl CommitLog {
         if let Err(s) = check_envelope(&env, &props) {
             return AppendResult::failed(s);
         }
-        let prepared = match PreparedMessage::new(&env, &msg.body, Cow::Owned(props), &self.limits)
-        {
-            Ok(p) => p,
-            Err(s) => return AppendResult::failed(s),
-        };
-        self.append(std::slice::from_ref(&prepared))
+        let template = RecordTemplate::new(&env, &props);
+        match template.prepare(&msg.body, &self.limits) {
+            Ok(body) => self.append(&template, std::slice::from_ref(&body)),
+            Err(s) => AppendResult::failed(s),
+        }
     }
 
     /// Appends a batch as contiguous records in one segment with one store timestamp
@@ -236,7 +236,10 @@ impl CommitLog {
             return AppendResult::failed(PutMessageStatus::MessageIllegal);
         }
         let props = match render_properties(
-            batch.properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            batch
+                .properties
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
         ) {
             Ok(p) => p,
             Err(s) => return AppendResult::failed(s),
@@ -252,10 +255,11 @@ impl CommitLog {
         if let Err(s) = check_envelope(&env, &props) {
             return AppendResult::failed(s);
         }
+        let template = RecordTemplate::new(&env, &props);
         let mut prepared = Vec::with_capacity(batch.bodies.len());
         let mut total: i64 = 0;
         for body in batch.bodies {
-            match PreparedMessage::new(&env, body, Cow::Borrowed(props.as_str()), &self.limits) {
+            match template.prepare(body, &self.limits) {
                 Ok(p) => {
                     total += i64::from(p.total_len);
                     prepared.push(p);
@@ -267,7 +271,7 @@ impl CommitLog {
             // A batch lands whole in one segment, so it cannot be larger than one.
             return AppendResult::failed(PutMessageStatus::MessageIllegal);
         }
-        self.append(&prepared)
+        self.append(&template, &prepared)
     }
 
     fn new_segment(&self) -> Result<Arc<MappedFile>, PutMessageStatus> {
@@ -289,17 +293,16 @@ impl CommitLog {
     }
 
     /// Lays `records` down contiguously under the append lock.
-    fn append(&self, records: &[PreparedMessage<'_>]) -> AppendResult {
+    fn append(&self, template: &RecordTemplate<'_>, records: &[PreparedBody<'_>]) -> AppendResult {
         let total: i64 = records.iter().map(|r| i64::from(r.total_len)).sum();
-        let first = &records[0];
         let consumes_offsets = matches!(
-            first.transaction_type(),
+            template.transaction_type(),
             sysflag::TRANSACTION_NOT_TYPE | sysflag::TRANSACTION_COMMIT_TYPE
         );
         let mut st = self.lock_put();
         let store_ts = now_millis().max(st.last_store_ts);
         let base_queue_offset = if consumes_offsets {
-            st.next_queue_offset(first.topic, first.queue_id)
+            st.next_queue_offset(template.topic, template.queue_id)
         } else {
             0
         };
@@ -326,7 +329,9 @@ impl CommitLog {
                     return AppendResult::failed(s);
                 }
             };
-            if total + i64::from(END_FILE_MIN_BLANK_LENGTH) > file.file_size() - file.wrote_position() {
+            if total + i64::from(END_FILE_MIN_BLANK_LENGTH)
+                > file.file_size() - file.wrote_position()
+            {
                 self.unlock_put(st);
                 return AppendResult::failed(PutMessageStatus::UnknownError);
             }
@@ -344,7 +349,7 @@ impl CommitLog {
                     } else {
                         0
                     };
-                    r.write_record(&mut dst[at..at + len], qo, phy, store_ts);
+                    template.write_record(&mut dst[at..at + len], r, qo, phy, store_ts);
                     at += len;
                     phy += i64::from(r.total_len);
                 }
@@ -355,8 +360,8 @@ impl CommitLog {
         st.last_store_ts = store_ts;
         if consumes_offsets {
             st.set_queue_offset(
-                first.topic,
-                first.queue_id,
+                template.topic,
+                template.queue_id,
                 base_queue_offset + records.len() as i64,
             );
         }
@@ -456,13 +461,12 @@ impl CommitLog {
                         process_offset = file.file_from_offset() + pos as i64;
                         let tail = &data[pos..];
                         if tail.iter().any(|&b| b != 0) || files.len() > idx + 1 {
-                            let later: i64 = files[idx + 1..]
+                            let later: i64 = files[idx + 1..].iter().map(|f| f.file_size()).sum();
+                            report.discarded_bytes = tail
                                 .iter()
-                                .map(|f| f.file_size())
-                                .sum();
-                            report.discarded_bytes =
-                                tail.iter().rposition(|&b| b != 0).map_or(0, |p| p as i64 + 1)
-                                    + later;
+                                .rposition(|&b| b != 0)
+                                .map_or(0, |p| p as i64 + 1)
+                                + later;
                             report.stop_reason = Some(reason.to_string());
                             log::warn!(
                                 target: "rmqstore.recovery",

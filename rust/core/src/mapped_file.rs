@@ -101,7 +101,10 @@ impl MappedFile {
     ) -> Result<MappedFile> {
         let map = MmapRaw::map_raw(&file).map_err(|e| StoreError::io("cannot map", path, e))?;
         if map.len() != size_to_usize(file_size) {
-            return Err(StoreError::corrupted(path, "mapping length differs from file size"));
+            return Err(StoreError::corrupted(
+                path,
+                "mapping length differs from file size",
+            ));
         }
         Ok(MappedFile {
             path: path.to_path_buf(),
@@ -409,7 +412,10 @@ mod tests {
         let p = d.join("00000000000000000000");
         let mf = MappedFile::create(&p, 0, 8192).unwrap();
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 8192);
-        assert!(MappedFile::create(&p, 0, 8192).is_err(), "create never clobbers");
+        assert!(
+            MappedFile::create(&p, 0, 8192).is_err(),
+            "create never clobbers"
+        );
         let pos = unsafe { mf.append_with(5, |b| b.copy_from_slice(b"hello")) }.unwrap();
         assert_eq!(pos, 0);
         assert_eq!(mf.read(0, 5).unwrap(), b"hello");

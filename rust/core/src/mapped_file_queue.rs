@@ -70,7 +70,9 @@ fn list_segments(dir: &Path, file_size: i64) -> Result<Listing> {
         if offset % file_size != 0 {
             return Err(StoreError::corrupted(
                 path,
-                format!("segment offset {offset} is not a multiple of the segment size {file_size}"),
+                format!(
+                    "segment offset {offset} is not a multiple of the segment size {file_size}"
+                ),
             ));
         }
         if i > 0 && *offset != files[i - 1].0 + file_size {
@@ -105,7 +107,9 @@ impl MappedFileQueue {
                     .map_err(|e| StoreError::io("cannot remove empty segment", &path, e))?;
                 continue;
             }
-            files.push(Arc::new(MappedFile::open_existing(&path, offset, file_size)?));
+            files.push(Arc::new(MappedFile::open_existing(
+                &path, offset, file_size,
+            )?));
         }
         let flushed = files
             .last()
@@ -187,8 +191,7 @@ impl MappedFileQueue {
         let files = self.read_files();
         let first = files.first()?;
         let last = files.last()?;
-        if offset < first.file_from_offset() || offset >= last.file_from_offset() + self.file_size
-        {
+        if offset < first.file_from_offset() || offset >= last.file_from_offset() + self.file_size {
             return None;
         }
         let idx = (offset / self.file_size - first.file_from_offset() / self.file_size) as usize;
@@ -202,8 +205,7 @@ impl MappedFileQueue {
             _ => files
                 .iter()
                 .find(|f| {
-                    f.file_from_offset() <= offset
-                        && offset < f.file_from_offset() + self.file_size
+                    f.file_from_offset() <= offset && offset < f.file_from_offset() + self.file_size
                 })
                 .cloned(),
         }
@@ -237,9 +239,9 @@ impl MappedFileQueue {
     /// `flush(leastPages)` on the segment holding the flushed position; true iff nothing moved.
     pub fn flush(&self, least_pages: i64) -> Result<bool> {
         let where_ = self.flushed_where();
-        let file = self
-            .find_by_offset(where_)
-            .or_else(|| if where_ == 0 { self.first() } else { None });
+        let file =
+            self.find_by_offset(where_)
+                .or_else(|| if where_ == 0 { self.first() } else { None });
         let Some(file) = file else {
             return Ok(true);
         };
@@ -304,7 +306,8 @@ mod tests {
                 Some(f) => f,
                 None => {
                     let off = q.next_file_offset(0);
-                    let f = Arc::new(MappedFile::create(&q.path_for(off), off, q.file_size()).unwrap());
+                    let f =
+                        Arc::new(MappedFile::create(&q.path_for(off), off, q.file_size()).unwrap());
                     q.push(f.clone()).unwrap();
                     f
                 }
@@ -363,7 +366,11 @@ mod tests {
         assert!(err.contains("notes.txt"), "{err}");
         std::fs::remove_file(d.join("notes.txt")).unwrap();
         // A gap.
-        std::fs::rename(d.join("00000000000000001024"), d.join("00000000000000003072")).unwrap();
+        std::fs::rename(
+            d.join("00000000000000001024"),
+            d.join("00000000000000003072"),
+        )
+        .unwrap();
         let err = MappedFileQueue::load(&d, 1024).unwrap_err().to_string();
         assert!(err.contains("gap"), "{err}");
         assert!(d.join("00000000000000003072").exists());

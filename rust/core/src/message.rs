@@ -207,7 +207,14 @@ pub fn cal_msg_length(
     } else {
         8
     };
-    4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8
+    4 + 4
+        + 4
+        + 4
+        + 4
+        + 8
+        + 8
+        + 4
+        + 8
         + born_host_len
         + 8
         + store_host_len
@@ -401,25 +408,6 @@ fn property_text_is_legal(s: &str) -> bool {
     !s.contains([NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR])
 }
 
-/// A validated message ready to be laid down: everything but the fields the append lock assigns.
-#[derive(Debug)]
-pub struct PreparedMessage<'a> {
-    pub topic: &'a str,
-    pub body: &'a [u8],
-    pub properties: Cow<'a, str>,
-    pub queue_id: i32,
-    pub flag: i32,
-    pub sys_flag: i32,
-    pub born_timestamp: i64,
-    pub born_host: HostAddr,
-    pub store_host: HostAddr,
-    pub reconsume_times: i32,
-    pub prepared_transaction_offset: i64,
-    pub body_crc: i32,
-    pub version: MessageVersion,
-    pub total_len: i32,
-}
-
 /// The per-record inputs shared by every record of a batch (or the one record of a single put).
 #[derive(Clone, Copy, Debug)]
 pub struct RecordEnvelope<'a> {
@@ -460,17 +448,28 @@ where
     Ok(encode_properties(props))
 }
 
-impl<'a> PreparedMessage<'a> {
-    /// Validates one body under an envelope and measures the record.
-    pub fn new(
-        env: &RecordEnvelope<'a>,
-        body: &'a [u8],
-        properties: Cow<'a, str>,
-        limits: &MessageLimits,
-    ) -> Result<Self, PutMessageStatus> {
-        if body.len() > limits.max_message_size.max(0) as usize {
-            return Err(PutMessageStatus::MessageIllegal);
-        }
+/// Offsets inside a record head (everything before the body) that vary per record.
+const TOTAL_SIZE_POS: usize = 0;
+const BODY_CRC_POS: usize = 8;
+
+/// The bytes every record of one envelope shares, encoded once: the head up to and including the
+/// body-length field, and the tail after the body (topic and properties). Laying a record down is
+/// then a copy of the head, five patched fields, the body and the tail.
+#[derive(Clone, Debug)]
+pub struct RecordTemplate<'a> {
+    pub topic: &'a str,
+    pub queue_id: i32,
+    /// SYSFLAG as written (IPv6 bits set from the hosts).
+    pub sys_flag: i32,
+    pub version: MessageVersion,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    store_ts_pos: usize,
+}
+
+impl<'a> RecordTemplate<'a> {
+    /// Encodes the shared parts; `properties` must already be validated.
+    pub fn new(env: &RecordEnvelope<'a>, properties: &str) -> RecordTemplate<'a> {
         let version = MessageVersion::for_topic_len(env.topic.len());
         let mut sys_flag = env.sys_flag & !(sysflag::BORNHOST_V6 | sysflag::STOREHOSTADDRESS_V6);
         if env.born_host.is_v6() {
@@ -479,76 +478,152 @@ impl<'a> PreparedMessage<'a> {
         if env.store_host.is_v6() {
             sys_flag |= sysflag::STOREHOSTADDRESS_V6;
         }
-        let total = cal_msg_length(
-            version,
-            sys_flag,
-            body.len() as i64,
-            env.topic.len() as i64,
-            properties.len() as i64,
+        let mut head = Vec::with_capacity(112);
+        head.extend_from_slice(&0i32.to_be_bytes()); // TOTALSIZE
+        head.extend_from_slice(&version.magic().to_be_bytes());
+        head.extend_from_slice(&0i32.to_be_bytes()); // BODYCRC
+        head.extend_from_slice(&env.queue_id.to_be_bytes());
+        head.extend_from_slice(&env.flag.to_be_bytes());
+        head.extend_from_slice(&0i64.to_be_bytes()); // QUEUEOFFSET
+        head.extend_from_slice(&0i64.to_be_bytes()); // PHYSICALOFFSET
+        head.extend_from_slice(&sys_flag.to_be_bytes());
+        head.extend_from_slice(&env.born_timestamp.to_be_bytes());
+        head.extend_from_slice(env.born_host.ip_bytes());
+        head.extend_from_slice(&env.born_host.port().to_be_bytes());
+        let store_ts_pos = head.len();
+        head.extend_from_slice(&0i64.to_be_bytes()); // STORETIMESTAMP
+        head.extend_from_slice(env.store_host.ip_bytes());
+        head.extend_from_slice(&env.store_host.port().to_be_bytes());
+        head.extend_from_slice(&env.reconsume_times.to_be_bytes());
+        head.extend_from_slice(&env.prepared_transaction_offset.to_be_bytes());
+        head.extend_from_slice(&0i32.to_be_bytes()); // BODY LENGTH
+        let mut tail = Vec::with_capacity(2 + env.topic.len() + 2 + properties.len());
+        match version {
+            MessageVersion::V1 => tail.push(env.topic.len() as u8),
+            MessageVersion::V2 => tail.extend_from_slice(&(env.topic.len() as i16).to_be_bytes()),
+        }
+        tail.extend_from_slice(env.topic.as_bytes());
+        tail.extend_from_slice(&(properties.len() as i16).to_be_bytes());
+        tail.extend_from_slice(properties.as_bytes());
+        debug_assert_eq!(
+            (head.len() + tail.len()) as i64,
+            cal_msg_length(
+                version,
+                sys_flag,
+                0,
+                env.topic.len() as i64,
+                properties.len() as i64
+            )
         );
+        RecordTemplate {
+            topic: env.topic,
+            queue_id: env.queue_id,
+            sys_flag,
+            version,
+            head,
+            tail,
+            store_ts_pos,
+        }
+    }
+
+    /// Transaction type bits of the records.
+    pub fn transaction_type(&self) -> i32 {
+        sysflag::transaction_value(self.sys_flag)
+    }
+
+    /// Record length for a body of `body_len` bytes.
+    pub fn record_len(&self, body_len: usize) -> i64 {
+        (self.head.len() + body_len + self.tail.len()) as i64
+    }
+
+    /// Validates one body against the limits and measures its record.
+    pub fn prepare(
+        &self,
+        body: &'a [u8],
+        limits: &MessageLimits,
+    ) -> Result<PreparedBody<'a>, PutMessageStatus> {
+        if body.len() > limits.max_message_size.max(0) as usize {
+            return Err(PutMessageStatus::MessageIllegal);
+        }
+        let total = self.record_len(body.len());
         if total > i64::from(limits.max_message_size) + MAX_RECORD_SLACK
             || total > limits.max_record_in_segment
         {
             return Err(PutMessageStatus::MessageIllegal);
         }
-        Ok(PreparedMessage {
-            topic: env.topic,
+        Ok(PreparedBody {
             body,
-            properties,
-            queue_id: env.queue_id,
-            flag: env.flag,
-            sys_flag,
-            born_timestamp: env.born_timestamp,
-            born_host: env.born_host,
-            store_host: env.store_host,
-            reconsume_times: env.reconsume_times,
-            prepared_transaction_offset: env.prepared_transaction_offset,
             body_crc: masked_crc32(body),
-            version,
             // Bounded by max_message_size + 64 KiB above, so it fits an i32.
             total_len: total as i32,
         })
     }
 
-    /// Transaction type bits of this record.
-    pub fn transaction_type(&self) -> i32 {
-        sysflag::transaction_value(self.sys_flag)
+    /// Writes one whole record into `dst` (exactly `body.total_len` bytes).
+    #[inline]
+    pub fn write_record(
+        &self,
+        dst: &mut [u8],
+        body: &PreparedBody<'_>,
+        queue_offset: i64,
+        phy_offset: i64,
+        store_ts: i64,
+    ) {
+        let h = self.head.len();
+        let b = body.body.len();
+        let (head, rest) = dst.split_at_mut(h);
+        let (body_dst, tail) = rest.split_at_mut(b);
+        head.copy_from_slice(&self.head);
+        head[TOTAL_SIZE_POS..TOTAL_SIZE_POS + 4].copy_from_slice(&body.total_len.to_be_bytes());
+        head[BODY_CRC_POS..BODY_CRC_POS + 4].copy_from_slice(&body.body_crc.to_be_bytes());
+        head[QUEUE_OFFSET_POSITION..QUEUE_OFFSET_POSITION + 8]
+            .copy_from_slice(&queue_offset.to_be_bytes());
+        head[PHYSICAL_OFFSET_POSITION..PHYSICAL_OFFSET_POSITION + 8]
+            .copy_from_slice(&phy_offset.to_be_bytes());
+        head[self.store_ts_pos..self.store_ts_pos + 8].copy_from_slice(&store_ts.to_be_bytes());
+        head[h - 4..].copy_from_slice(&(b as i32).to_be_bytes());
+        body_dst.copy_from_slice(body.body);
+        tail.copy_from_slice(&self.tail);
+    }
+}
+
+/// One validated body of a template: its CRC and record length.
+#[derive(Clone, Copy, Debug)]
+pub struct PreparedBody<'a> {
+    pub body: &'a [u8],
+    pub body_crc: i32,
+    pub total_len: i32,
+}
+
+/// A single validated message: a template and one body (tests, tools and single puts).
+#[derive(Clone, Debug)]
+pub struct PreparedMessage<'a> {
+    pub template: RecordTemplate<'a>,
+    pub body: PreparedBody<'a>,
+}
+
+impl<'a> PreparedMessage<'a> {
+    /// Validates one body under an envelope and measures the record.
+    pub fn new(
+        env: &RecordEnvelope<'a>,
+        body: &'a [u8],
+        properties: &str,
+        limits: &MessageLimits,
+    ) -> Result<Self, PutMessageStatus> {
+        let template = RecordTemplate::new(env, properties);
+        let body = template.prepare(body, limits)?;
+        Ok(PreparedMessage { template, body })
     }
 
-    /// Writes the whole record into `dst` (exactly `total_len` bytes).
-    pub fn write_record(&self, dst: &mut [u8], queue_offset: i64, phy_offset: i64, store_ts: i64) {
-        debug_assert_eq!(dst.len(), self.total_len as usize);
-        let mut w = Cursor { buf: dst, pos: 0 };
-        w.i32(self.total_len);
-        w.i32(self.version.magic());
-        w.i32(self.body_crc);
-        w.i32(self.queue_id);
-        w.i32(self.flag);
-        w.i64(queue_offset);
-        w.i64(phy_offset);
-        w.i32(self.sys_flag);
-        w.i64(self.born_timestamp);
-        w.host(&self.born_host);
-        w.i64(store_ts);
-        w.host(&self.store_host);
-        w.i32(self.reconsume_times);
-        w.i64(self.prepared_transaction_offset);
-        w.i32(self.body.len() as i32);
-        w.bytes(self.body);
-        match self.version {
-            MessageVersion::V1 => w.bytes(&[self.topic.len() as u8]),
-            MessageVersion::V2 => w.bytes(&(self.topic.len() as i16).to_be_bytes()),
-        }
-        w.bytes(self.topic.as_bytes());
-        w.bytes(&(self.properties.len() as i16).to_be_bytes());
-        w.bytes(self.properties.as_bytes());
-        debug_assert_eq!(w.pos, self.total_len as usize);
+    pub fn total_len(&self) -> i32 {
+        self.body.total_len
     }
 
     /// Encodes into a fresh vector (tests, tools; the store writes in place).
     pub fn to_vec(&self, queue_offset: i64, phy_offset: i64, store_ts: i64) -> Vec<u8> {
-        let mut v = vec![0u8; self.total_len as usize];
-        self.write_record(&mut v, queue_offset, phy_offset, store_ts);
+        let mut v = vec![0u8; self.body.total_len as usize];
+        self.template
+            .write_record(&mut v, &self.body, queue_offset, phy_offset, store_ts);
         v
     }
 }
@@ -557,32 +632,6 @@ impl<'a> PreparedMessage<'a> {
 pub fn write_blank(dst: &mut [u8], max_blank: i32) {
     dst[..4].copy_from_slice(&max_blank.to_be_bytes());
     dst[4..8].copy_from_slice(&BLANK_MAGIC_CODE.to_be_bytes());
-}
-
-struct Cursor<'b> {
-    buf: &'b mut [u8],
-    pos: usize,
-}
-
-impl Cursor<'_> {
-    #[inline]
-    fn bytes(&mut self, b: &[u8]) {
-        self.buf[self.pos..self.pos + b.len()].copy_from_slice(b);
-        self.pos += b.len();
-    }
-    #[inline]
-    fn i32(&mut self, v: i32) {
-        self.bytes(&v.to_be_bytes());
-    }
-    #[inline]
-    fn i64(&mut self, v: i64) {
-        self.bytes(&v.to_be_bytes());
-    }
-    #[inline]
-    fn host(&mut self, h: &HostAddr) {
-        self.bytes(h.ip_bytes());
-        self.i32(h.port());
-    }
 }
 
 #[inline]
@@ -831,8 +880,8 @@ mod tests {
         let props = encode_properties([("TAGS", "TAG1"), ("KEYS", "1700000000000")]);
         assert_eq!(props.len(), 29);
         let body = [b'x'; 32];
-        let p = PreparedMessage::new(&env("FooBar"), &body, Cow::Owned(props), &limits()).unwrap();
-        assert_eq!(p.total_len, 158);
+        let p = PreparedMessage::new(&env("FooBar"), &body, &props, &limits()).unwrap();
+        assert_eq!(p.total_len(), 158);
         let rec = p.to_vec(7, 1580, 1_700_000_000_123);
         assert_eq!(rec.len(), 158);
         // Field positions of §1.2 for IPv4 hosts, V1.
@@ -874,12 +923,12 @@ mod tests {
         let mut e = env("T");
         e.born_host = HostAddr::parse("[::1]:7").unwrap();
         e.store_host = HostAddr::parse("[fe80::1]:10911").unwrap();
-        let p = PreparedMessage::new(&e, b"abc", Cow::Borrowed(""), &limits()).unwrap();
+        let p = PreparedMessage::new(&e, b"abc", "", &limits()).unwrap();
         assert_eq!(
-            p.sys_flag & (sysflag::BORNHOST_V6 | sysflag::STOREHOSTADDRESS_V6),
+            p.template.sys_flag & (sysflag::BORNHOST_V6 | sysflag::STOREHOSTADDRESS_V6),
             0x30
         );
-        assert_eq!(p.total_len, 91 + 24 + 3 + 1);
+        assert_eq!(p.total_len(), 91 + 24 + 3 + 1);
         let rec = p.to_vec(0, 0, 5);
         let RecordCheck::Message(d) = check_record(&rec, true) else {
             panic!("not valid")
@@ -895,8 +944,8 @@ mod tests {
     fn v2_for_long_retry_topics() {
         let topic = format!("%RETRY%{}", "g".repeat(150));
         assert!(topic_is_legal(&topic));
-        let p = PreparedMessage::new(&env(&topic), b"b", Cow::Borrowed(""), &limits()).unwrap();
-        assert_eq!(p.version, MessageVersion::V2);
+        let p = PreparedMessage::new(&env(&topic), b"b", "", &limits()).unwrap();
+        assert_eq!(p.template.version, MessageVersion::V2);
         let rec = p.to_vec(0, 0, 0);
         assert_eq!(be_i32(&rec, 4), MESSAGE_MAGIC_CODE_V2);
         let RecordCheck::Message(d) = check_record(&rec, true) else {
@@ -921,7 +970,7 @@ mod tests {
 
     #[test]
     fn three_outcomes_of_the_check() {
-        let p = PreparedMessage::new(&env("T"), b"body", Cow::Borrowed(""), &limits()).unwrap();
+        let p = PreparedMessage::new(&env("T"), b"body", "", &limits()).unwrap();
         let mut rec = p.to_vec(0, 0, 0);
         assert!(matches!(check_record(&rec, true), RecordCheck::Message(_)));
         // Blank record.
@@ -968,11 +1017,11 @@ mod tests {
     fn limits_give_statuses() {
         let big = vec![0u8; 4 * 1024 * 1024 + 1];
         assert_eq!(
-            PreparedMessage::new(&env("T"), &big, Cow::Borrowed(""), &limits()).unwrap_err(),
+            PreparedMessage::new(&env("T"), &big, "", &limits()).unwrap_err(),
             PutMessageStatus::MessageIllegal
         );
         let ok = vec![0u8; 4 * 1024 * 1024];
-        assert!(PreparedMessage::new(&env("T"), &ok, Cow::Borrowed(""), &limits()).is_ok());
+        assert!(PreparedMessage::new(&env("T"), &ok, "", &limits()).is_ok());
         let long = "v".repeat(40_000);
         let props = render_properties([("k", long.as_str())]).unwrap();
         assert_eq!(
@@ -999,7 +1048,7 @@ mod tests {
             max_record_in_segment: 100,
         };
         assert_eq!(
-            PreparedMessage::new(&env("T"), &[0u8; 10], Cow::Borrowed(""), &small).unwrap_err(),
+            PreparedMessage::new(&env("T"), &[0u8; 10], "", &small).unwrap_err(),
             PutMessageStatus::MessageIllegal
         );
     }
@@ -1010,8 +1059,14 @@ mod tests {
             parse_properties("a\u{1}1\u{2}b\u{1}2"),
             vec![("a".into(), "1".into()), ("b".into(), "2".into())]
         );
-        assert_eq!(parse_properties("\u{2}x\u{2}\u{1}v\u{2}k\u{1}\u{2}"), vec![]);
-        assert_eq!(find_property("TAGS\u{1}A\u{2}KEYS\u{1}k1 k2\u{2}", "KEYS"), Some("k1 k2"));
+        assert_eq!(
+            parse_properties("\u{2}x\u{2}\u{1}v\u{2}k\u{1}\u{2}"),
+            vec![]
+        );
+        assert_eq!(
+            find_property("TAGS\u{1}A\u{2}KEYS\u{1}k1 k2\u{2}", "KEYS"),
+            Some("k1 k2")
+        );
         assert_eq!(find_property("TAGS\u{1}A\u{2}", "KEYS"), None);
     }
 
@@ -1064,7 +1119,7 @@ mod tests {
                     prepared_transaction_offset: ptx,
                 };
                 let rendered = render_properties(props.iter().map(|(k, v)| (k.as_str(), v.as_str()))).unwrap();
-                let p = PreparedMessage::new(&e, &body, Cow::Owned(rendered.clone()), &limits()).unwrap();
+                let p = PreparedMessage::new(&e, &body, &rendered, &limits()).unwrap();
                 let rec = p.to_vec(queue_offset, phy_offset, store_ts);
                 let RecordCheck::Message(d) = check_record(&rec, true) else {
                     return Err(TestCaseError::fail("record did not validate"));

@@ -84,7 +84,9 @@ pub struct MessageStore {
 
 impl std::fmt::Debug for MessageStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MessageStore").field("root", &self.root).finish()
+        f.debug_struct("MessageStore")
+            .field("root", &self.root)
+            .finish()
     }
 }
 
@@ -157,7 +159,10 @@ impl MessageStore {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.state.read().unwrap_or_else(|p| p.into_inner()).is_none()
+        self.state
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
     }
 
     pub fn put_message(&self, msg: &Message) -> Result<AppendResult> {

@@ -94,7 +94,10 @@ mod tests {
     fn file_names_are_twenty_digits() {
         assert_eq!(offset_to_file_name(0), "00000000000000000000");
         assert_eq!(offset_to_file_name(1_073_741_824), "00000000001073741824");
-        assert_eq!(file_name_to_offset("00000000001073741824"), Some(1_073_741_824));
+        assert_eq!(
+            file_name_to_offset("00000000001073741824"),
+            Some(1_073_741_824)
+        );
         assert_eq!(file_name_to_offset("1073741824"), None);
         assert_eq!(file_name_to_offset("0000000000107374182x"), None);
         assert_eq!(file_name_to_offset("+0000000001073741824"), None);

@@ -10,9 +10,7 @@ use rmqstore_core::StoreError;
 static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
 fn class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-    let module = ERRORS.get_or_try_init(py, || {
-        py.import("rmqstore.errors").map(Bound::unbind)
-    })?;
+    let module = ERRORS.get_or_try_init(py, || py.import("rmqstore.errors").map(Bound::unbind))?;
     module.bind(py).getattr(name)
 }
 

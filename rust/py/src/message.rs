@@ -38,13 +38,18 @@ pub fn keys_value(keys: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
     }
     if let Ok(s) = keys.cast::<PyString>() {
         let s = s.to_str()?;
-        let joined = s.split(' ').filter(|k| !k.is_empty()).collect::<Vec<_>>().join(" ");
+        let joined = s
+            .split(' ')
+            .filter(|k| !k.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
         return Ok((!joined.is_empty()).then_some(joined));
     }
     let mut parts: Vec<String> = Vec::new();
-    for item in keys.try_iter().map_err(|_| {
-        PyTypeError::new_err("keys must be a string or an iterable of strings")
-    })? {
+    for item in keys
+        .try_iter()
+        .map_err(|_| PyTypeError::new_err("keys must be a string or an iterable of strings"))?
+    {
         let item = item?;
         let k: String = item
             .extract()
@@ -111,12 +116,23 @@ fn props_dict<'py>(py: Python<'py>, props: &[(String, String)]) -> PyResult<Boun
 }
 
 fn find<'a>(props: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    props.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    props
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn py_repr_opt(v: Option<&str>) -> String {
+    v.map_or_else(|| "None".to_owned(), |s| format!("{s:?}"))
 }
 
 fn split_keys(v: Option<&str>) -> Vec<&str> {
-    v.map(|s| s.split(property::KEY_SEPARATOR).filter(|k| !k.is_empty()).collect())
-        .unwrap_or_default()
+    v.map(|s| {
+        s.split(property::KEY_SEPARATOR)
+            .filter(|k| !k.is_empty())
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// A message to put. Immutable once built.
@@ -144,9 +160,7 @@ impl Message {
         let body = extract_bytes(body, "body")?;
         let keys = keys_value(keys)?;
         let properties = build_properties(tags.as_deref(), keys, properties)?;
-        let born_host = born_host
-            .map(|h| parse_host(&h, "born_host"))
-            .transpose()?;
+        let born_host = born_host.map(|h| parse_host(&h, "born_host")).transpose()?;
         Ok(Message {
             inner: codec::Message {
                 topic,
@@ -202,10 +216,10 @@ impl Message {
 
     fn __repr__(&self) -> String {
         format!(
-            "Message(topic={:?}, body=<{} bytes>, tags={:?}, keys={:?}, queue_id={})",
+            "Message(topic={:?}, body=<{} bytes>, tags={}, keys={:?}, queue_id={})",
             self.inner.topic,
             self.inner.body.len(),
-            self.inner.property(property::TAGS),
+            py_repr_opt(self.inner.property(property::TAGS)),
             split_keys(self.inner.property(property::KEYS)),
             self.inner.queue_id
         )
@@ -299,13 +313,13 @@ impl MessageExt {
 
     fn __repr__(&self) -> String {
         format!(
-            "MessageExt(topic={:?}, queue_id={}, queue_offset={}, commit_log_offset={}, body=<{} bytes>, tags={:?})",
+            "MessageExt(topic={:?}, queue_id={}, queue_offset={}, commit_log_offset={}, body=<{} bytes>, tags={})",
             self.inner.topic,
             self.inner.queue_id,
             self.inner.queue_offset,
             self.inner.commit_log_offset,
             self.inner.body.len(),
-            find(&self.inner.properties, property::TAGS),
+            py_repr_opt(find(&self.inner.properties, property::TAGS)),
         )
     }
 }

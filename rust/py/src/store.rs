@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList};
 use rmqstore_core::commitlog::Batch;
 use rmqstore_core::message::HostAddr;
 use rmqstore_core::util::now_millis;
@@ -60,27 +60,50 @@ fn config_from_dict(cfg: &Bound<'_, PyDict>) -> PyResult<StoreConfig> {
     Ok(c)
 }
 
-/// Copies a sequence of bytes-like bodies into one buffer (so no Python object is touched while
-/// detached); returns the buffer and each body's end.
-fn gather_bodies(bodies: &Bound<'_, PyAny>) -> PyResult<(Vec<u8>, Vec<usize>)> {
-    let mut buf = Vec::new();
-    let mut ends = Vec::new();
-    let iter = bodies
-        .try_iter()
-        .map_err(|_| PyTypeError::new_err("bodies must be an iterable of bytes"))?;
-    if let Ok(n) = bodies.len() {
-        ends.reserve(n);
-    }
-    for item in iter {
-        let item = item?;
-        if let Ok(b) = item.cast::<pyo3::types::PyBytes>() {
-            buf.extend_from_slice(b.as_bytes());
-        } else {
-            buf.extend_from_slice(&crate::message::extract_bytes(&item, "every body")?);
+/// The bodies of a batch, readable without the GIL.
+///
+/// `bytes` objects are immutable, so their buffers are read in place while this value keeps
+/// them alive from the attached side of the call; the detached closure only ever sees plain
+/// byte slices, never a Python object (the way hashlib's `update()` hashes a bytes object with
+/// the GIL released). Mutable or foreign buffers (bytearray, memoryview, ...) are copied first,
+/// because another thread could change them while the GIL is released.
+struct Bodies<'py> {
+    items: Vec<BodyRef<'py>>,
+}
+
+enum BodyRef<'py> {
+    Bytes(Bound<'py, PyBytes>),
+    Copied(Vec<u8>),
+}
+
+impl<'py> Bodies<'py> {
+    fn gather(bodies: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let iter = bodies
+            .try_iter()
+            .map_err(|_| PyTypeError::new_err("bodies must be an iterable of bytes"))?;
+        let mut items = Vec::with_capacity(bodies.len().unwrap_or(0));
+        for item in iter {
+            let item = item?;
+            items.push(match item.cast_into::<PyBytes>() {
+                Ok(b) => BodyRef::Bytes(b),
+                Err(e) => BodyRef::Copied(crate::message::extract_bytes(
+                    &e.into_inner(),
+                    "every body",
+                )?),
+            });
         }
-        ends.push(buf.len());
+        Ok(Bodies { items })
     }
-    Ok((buf, ends))
+
+    fn slices(&self) -> Vec<&[u8]> {
+        self.items
+            .iter()
+            .map(|b| match b {
+                BodyRef::Bytes(b) => b.as_bytes(),
+                BodyRef::Copied(v) => v.as_slice(),
+            })
+            .collect()
+    }
 }
 
 /// The Rust store behind `rmqstore.MessageStore`.
@@ -133,17 +156,12 @@ impl Store {
         let born_host = born_host
             .map(|h| crate::message::parse_host(&h, "born_host"))
             .transpose()?;
-        let (buf, ends) = gather_bodies(bodies)?;
+        let bodies = Bodies::gather(bodies)?;
+        let slices = bodies.slices();
         let store = &self.inner;
         let born_timestamp = born_timestamp.unwrap_or_else(now_millis);
         let r = py
             .detach(|| {
-                let mut slices: Vec<&[u8]> = Vec::with_capacity(ends.len());
-                let mut start = 0;
-                for &end in &ends {
-                    slices.push(&buf[start..end]);
-                    start = end;
-                }
                 store.put_messages(&Batch {
                     topic: &topic,
                     queue_id,
@@ -215,11 +233,17 @@ impl Store {
         self.inner.attach_allocation_service();
     }
 
-    /// One round of the allocation service; returns (allocated, unlocked, stopped).
-    fn allocation_service_step(&self, py: Python<'_>, timeout_ms: u64) -> (u32, u32, bool) {
+    /// One round of the allocation service; returns (allocated, unlocked, stopped, seconds
+    /// spent creating segments).
+    fn allocation_service_step(&self, py: Python<'_>, timeout_ms: u64) -> (u32, u32, bool, f64) {
         let store = &self.inner;
         let s = py.detach(|| store.allocation_service_step(Duration::from_millis(timeout_ms)));
-        (s.allocated, s.unlocked, s.stopped)
+        (
+            s.allocated,
+            s.unlocked,
+            s.stopped,
+            s.alloc_nanos as f64 / 1e9,
+        )
     }
 
     fn preallocated_offsets(&self) -> Vec<i64> {

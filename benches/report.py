@@ -1,0 +1,133 @@
+"""Turns a pytest-benchmark JSON file into the figures the issues name, and checks them.
+
+Usage: ``python benches/report.py RESULTS.json [--quick]``. Rates use the median time of a call.
+Targets are checked in full runs; a quick (CI) run is judged against half of each target, so a
+shared machine's noise does not turn CI red while a real regression still does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Row:
+    figure: str
+    value: str
+    target: str
+    ok: bool | None
+
+
+def load(path: str) -> dict[str, dict[str, Any]]:
+    with open(path) as f:
+        data = json.load(f)
+    out: dict[str, dict[str, Any]] = {}
+    for b in data["benchmarks"]:
+        info = b.get("extra_info", {})
+        metric = info.get("metric")
+        if metric:
+            out[metric] = {"median": b["stats"]["median"], "min": b["stats"]["min"], **info}
+    return out
+
+
+def rate(m: dict[str, Any], what: str) -> float:
+    return float(m[what]) / float(m["median"])
+
+
+def fmt_rate(v: float, unit: str) -> str:
+    if unit == "B/s":
+        return f"{v / 1e9:.2f} GB/s"
+    return f"{v / 1e6:.2f} M msg/s" if v >= 1e6 else f"{v / 1e3:.0f} k msg/s"
+
+
+def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
+    rows: list[Row] = []
+    scale = 0.5 if quick else 1.0
+
+    def check(value: float, target: float) -> bool:
+        return value >= target * scale
+
+    for size in (128, 1024):
+        base = results.get(f"memcpy_{size}")
+        app = results.get(f"batch_append_{size}")
+        if base and app:
+            ratio = rate(app, "bytes") / rate(base, "bytes")
+            target = 0.3 if size == 1024 else None
+            rows.append(
+                Row(
+                    f"batch append {size} B bodies vs memcpy ({fmt_rate(rate(app, 'bytes'), 'B/s')}"
+                    f" vs {fmt_rate(rate(base, 'bytes'), 'B/s')}; "
+                    f"{fmt_rate(rate(app, 'messages'), 'msg/s')})",
+                    f"{ratio:.2f}x",
+                    ">= 0.30x" if target else "(reported)",
+                    check(ratio, target) if target else None,
+                )
+            )
+    for size in (128, 1024):
+        single = results.get(f"put_message_{size}")
+        if single:
+            r = rate(single, "messages")
+            target = 300_000 if size == 128 else None
+            rows.append(
+                Row(
+                    f"single put_message, {size} B bodies, one thread",
+                    fmt_rate(r, "msg/s"),
+                    ">= 300 k msg/s" if target else "(reported)",
+                    check(r, target) if target else None,
+                )
+            )
+    built = results.get("build_put_message_128")
+    if built:
+        rows.append(
+            Row(
+                "Message(...) + put_message, 128 B",
+                fmt_rate(rate(built, "messages"), "msg/s"),
+                "(reported)",
+                None,
+            )
+        )
+    app = results.get("batch_append_1024")
+    for kind in ("cold", "warm"):
+        roll = results.get(f"segment_roll_{kind}")
+        if not roll:
+            continue
+        per_roll = float(roll["median"]) / float(roll["rolls"])
+        seg_mib = int(roll["segment_bytes"]) // (1024 * 1024)
+        text = (
+            f"{per_roll * 1e3:.0f} ms per {seg_mib} MiB segment filled "
+            f"({fmt_rate(rate(roll, 'bytes'), 'B/s')}); allocation "
+            f"{float(roll['alloc_seconds_per_segment']) * 1e3:.1f} ms/segment in the background; "
+            f"slowest batch {float(roll['batch_max_s']) * 1e3:.1f} ms"
+        )
+        if app:
+            text += f"; {rate(roll, 'bytes') / rate(app, 'bytes'):.2f}x the no-roll append rate"
+        rows.append(Row(f"segment roll, {kind} (1 KiB bodies, 1 MiB batches)", text, "(reported)", None))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    rows = build(load(args.results), args.quick)
+    mode = "quick (targets halved)" if args.quick else "full"
+    print(f"\n## rmqstore benchmark figures ({mode})\n")
+    print("| figure | measured | target | |")
+    print("|---|---|---|---|")
+    for r in rows:
+        mark = "" if r.ok is None else ("ok" if r.ok else "MISSED")
+        print(f"| {r.figure} | {r.value} | {r.target} | {mark} |")
+    missed = [r for r in rows if r.ok is False]
+    if missed:
+        print(f"\n{len(missed)} target(s) missed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
