@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import rmqstore
 
 QUICK = os.environ.get("RMQ_BENCH_QUICK") == "1"

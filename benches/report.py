@@ -105,7 +105,9 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
         )
         if app:
             text += f"; {rate(roll, 'bytes') / rate(app, 'bytes'):.2f}x the no-roll append rate"
-        rows.append(Row(f"segment roll, {kind} (1 KiB bodies, 1 MiB batches)", text, "(reported)", None))
+        rows.append(
+            Row(f"segment roll, {kind} (1 KiB bodies, 1 MiB batches)", text, "(reported)", None)
+        )
     return rows
 
 

@@ -5,6 +5,17 @@ from typing import Any, final
 
 from .enums import PutMessageStatus
 
+__all__ = [
+    "BLANK_MAGIC_CODE",
+    "MESSAGE_MAGIC_CODE",
+    "MESSAGE_MAGIC_CODE_V2",
+    "Message",
+    "MessageExt",
+    "PutMessageResult",
+    "Store",
+    "__version__",
+]
+
 __version__: str
 BLANK_MAGIC_CODE: int
 MESSAGE_MAGIC_CODE: int

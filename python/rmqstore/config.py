@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 from typing import Any
 
 from .enums import FlushDiskType
@@ -38,18 +39,21 @@ def _check_bool(name: str, value: object) -> None:
         raise _bad(name, f"must be a bool, got {type(value).__name__}")
 
 
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
 def _check_host(name: str, value: object) -> None:
-    if not isinstance(value, str):
-        raise _bad(name, f"must be a str like '10.0.0.1:10911'")
-    host, sep, port = value.rpartition(":")
-    ok = bool(sep) and port.isdigit() and 0 <= int(port) <= 65535
-    if ok:
-        try:
-            ipaddress.ip_address(host[1:-1] if host.startswith("[") else host)
-        except ValueError:
-            ok = False
-    if ok and ":" in host and not host.startswith("["):
-        ok = False
+    """``ip:port`` as the core parses it: IPv4 bare, IPv6 in brackets, ASCII port 0-65535."""
+    ok = False
+    if isinstance(value, str):
+        host, sep, port = value.rpartition(":")
+        if sep and _PORT.fullmatch(port) and int(port) <= 65535:
+            bracketed = host.startswith("[") and host.endswith("]")
+            try:
+                ip = ipaddress.ip_address(host[1:-1] if bracketed else host)
+                ok = bracketed == (ip.version == 6)
+            except ValueError:
+                ok = False
     if not ok:
         raise _bad(name, f"must be 'ip:port' (IPv6 as '[::1]:10911'), got {value!r}")
 
@@ -81,7 +85,9 @@ class StoreConfig:
         _check_int("max_message_size", self.max_message_size, 1, _I32_MAX)
         if isinstance(self.flush_disk_type, FlushDiskType):
             object.__setattr__(self, "flush_disk_type", self.flush_disk_type.value)
-        if self.flush_disk_type not in {t.value for t in FlushDiskType}:
+        if not isinstance(self.flush_disk_type, str) or self.flush_disk_type not in {
+            t.value for t in FlushDiskType
+        }:
             raise _bad(
                 "flush_disk_type",
                 f"must be 'ASYNC_FLUSH' or 'SYNC_FLUSH', got {self.flush_disk_type!r}",

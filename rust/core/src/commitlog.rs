@@ -118,6 +118,37 @@ pub struct RecoveryReport {
     pub stop_reason: Option<String>,
 }
 
+/// `check_record` for the record that should start at commitlog offset `here`: a record whose
+/// PHYSICALOFFSET field names another offset (a record image inside a body, stale bytes moved by
+/// a copy) is not the record at `here`.
+pub fn check_record_at(buf: &[u8], here: i64, check_crc: bool) -> RecordCheck<'_> {
+    match check_record(buf, check_crc) {
+        RecordCheck::Message(d) if d.physical_offset != here => RecordCheck::Invalid {
+            size: -1,
+            reason: "PHYSICALOFFSET field disagrees with the record's position",
+        },
+        other => other,
+    }
+}
+
+/// True when the 8 bytes of a record head (size + magic) are all zero (or absent).
+fn is_zero_header(buf: &[u8]) -> bool {
+    buf.iter().take(8).all(|&b| b == 0)
+}
+
+/// Bytes from the start of `buf` to its last non-zero byte (0 if all zero). Word-wise from the
+/// end, which is fast over the long runs of zeros a segment tail holds.
+fn nonzero_extent(buf: &[u8]) -> i64 {
+    let mut end = buf.len();
+    while end >= 8 && buf[end - 8..end] == [0u8; 8] {
+        end -= 8;
+    }
+    while end > 0 && buf[end - 1] == 0 {
+        end -= 1;
+    }
+    end as i64
+}
+
 pub struct CommitLog {
     queue: MappedFileQueue,
     allocator: Arc<Allocator>,
@@ -409,7 +440,7 @@ impl CommitLog {
         let Some(data) = file.read_from(pos) else {
             return Ok(None);
         };
-        match check_record(data, false) {
+        match check_record_at(data, offset, false) {
             RecordCheck::Message(d) => Ok(Some(f(&d))),
             RecordCheck::Blank { .. } => Err(StoreError::InvalidArgument(format!(
                 "offset {offset} is the end-of-file blank record of segment {}, not a message",
@@ -434,7 +465,8 @@ impl CommitLog {
             let data = file.read_from(0).unwrap_or(&[]);
             let mut pos = 0usize;
             loop {
-                match check_record(&data[pos..], check_crc) {
+                let here = file.file_from_offset() + pos as i64;
+                match check_record_at(&data[pos..], here, check_crc) {
                     RecordCheck::Message(d) => {
                         pos += d.total_size as usize;
                         report.messages += 1;
@@ -458,22 +490,29 @@ impl CommitLog {
                         continue 'files;
                     }
                     RecordCheck::Invalid { reason, .. } => {
-                        process_offset = file.file_from_offset() + pos as i64;
-                        let tail = &data[pos..];
-                        if tail.iter().any(|&b| b != 0) || files.len() > idx + 1 {
-                            let later: i64 = files[idx + 1..].iter().map(|f| f.file_size()).sum();
-                            report.discarded_bytes = tail
+                        process_offset = here;
+                        // Zeros at the stop point are the clean end of the log (a later
+                        // segment that starts with zeros is an unused pre-allocated one).
+                        let later = &files[idx + 1..];
+                        let damaged = !is_zero_header(&data[pos..])
+                            || later
                                 .iter()
-                                .rposition(|&b| b != 0)
-                                .map_or(0, |p| p as i64 + 1)
-                                + later;
+                                .any(|f| !is_zero_header(f.read_from(0).unwrap_or(&[])));
+                        if damaged {
+                            report.discarded_bytes = nonzero_extent(&data[pos..])
+                                + later
+                                    .iter()
+                                    .map(|f| nonzero_extent(f.read_from(0).unwrap_or(&[])))
+                                    .sum::<i64>();
                             report.stop_reason = Some(reason.to_string());
                             log::warn!(
                                 target: "rmqstore.recovery",
-                                "commitlog recovery stopped at offset {process_offset} in {}: {reason}; \
-                                 truncating the commitlog there ({} later segment(s) deleted)",
+                                "commitlog recovery stopped at offset {process_offset} in {}: \
+                                 {reason}; {} byte(s) of data after it are discarded and the \
+                                 commitlog is truncated there ({} later segment(s) deleted)",
                                 file.path().display(),
-                                files.len() - idx - 1
+                                report.discarded_bytes,
+                                later.len()
                             );
                         }
                         break 'files;

@@ -117,6 +117,7 @@ impl MessageStore {
             config.max_message_size,
         )?;
         let recovery = commitlog.recover(config.check_crc_on_recover)?;
+        lock.mark_open()?;
         log::info!(
             target: "rmqstore.store",
             "opened {}: {} messages, commitlog [{}, {})",
@@ -154,8 +155,8 @@ impl MessageStore {
     }
 
     /// What the recovery at open found.
-    pub fn recovery_report(&self) -> &RecoveryReport {
-        &self.recovery
+    pub fn recovery_report(&self) -> Result<RecoveryReport> {
+        self.with_open(|_| self.recovery.clone())
     }
 
     pub fn is_closed(&self) -> bool {

@@ -215,7 +215,7 @@ impl Store {
     }
 
     fn recovery_report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let r = self.inner.recovery_report();
+        let r = self.inner.recovery_report().into_py_result()?;
         let d = PyDict::new(py);
         d.set_item("process_offset", r.process_offset)?;
         d.set_item("messages", r.messages)?;

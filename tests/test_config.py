@@ -1,0 +1,207 @@
+"""StoreConfig: RocketMQ's defaults, validation naming the bad setting, overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import rmqstore
+from rmqstore import FlushDiskType, Message, MessageStore, StoreConfig
+from rmqwire import SEGMENT, read_segment, scan_segment, segment_name
+
+
+def test_defaults_are_rocketmqs() -> None:
+    cfg = StoreConfig()
+    assert cfg.mapped_file_size_commit_log == 1073741824
+    assert cfg.max_message_size == 4194304
+    assert cfg.flush_disk_type == "ASYNC_FLUSH"
+    assert cfg.warm_mapped_file_enable is False
+    assert cfg.flush_least_pages_when_warm_mapped_file == 4096
+    assert cfg.check_crc_on_recover is True
+    assert cfg.store_host == "127.0.0.1:10911"
+    assert cfg.store_path_commit_log is None
+    assert cfg.to_dict() == {
+        "mapped_file_size_commit_log": 1073741824,
+        "max_message_size": 4194304,
+        "flush_disk_type": "ASYNC_FLUSH",
+        "warm_mapped_file_enable": False,
+        "flush_least_pages_when_warm_mapped_file": 4096,
+        "check_crc_on_recover": True,
+        "store_host": "127.0.0.1:10911",
+        "store_path_commit_log": None,
+    }
+
+
+def test_a_store_opened_without_config_uses_the_defaults(store_path: Path) -> None:
+    # Nothing is put: the first put would create a 1 GiB segment (and pre-allocate another).
+    with MessageStore(store_path) as store:
+        assert store.config == StoreConfig()
+        assert store.store_path == store_path
+        assert store.get_max_phy_offset() == 0
+        assert store.commitlog_segments() == []
+    assert (store_path / "commitlog").is_dir()
+    assert (store_path / "lock").is_file()
+
+
+def test_config_is_frozen() -> None:
+    cfg = StoreConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.max_message_size = 5  # type: ignore[misc]
+
+
+BAD_VALUES = [
+    ("mapped_file_size_commit_log", -1),
+    ("mapped_file_size_commit_log", 0),
+    ("mapped_file_size_commit_log", 4095),
+    ("mapped_file_size_commit_log", 2**31),
+    ("mapped_file_size_commit_log", "65536"),
+    ("mapped_file_size_commit_log", 65536.0),
+    ("mapped_file_size_commit_log", None),
+    ("mapped_file_size_commit_log", True),
+    ("max_message_size", 0),
+    ("max_message_size", -5),
+    ("max_message_size", 2**31),
+    ("max_message_size", "4"),
+    ("max_message_size", True),
+    ("flush_disk_type", "async"),
+    ("flush_disk_type", "ASYNC"),
+    ("flush_disk_type", ""),
+    ("flush_disk_type", 0),
+    ("flush_disk_type", None),
+    ("flush_disk_type", ["ASYNC_FLUSH"]),
+    ("warm_mapped_file_enable", 1),
+    ("warm_mapped_file_enable", "true"),
+    ("warm_mapped_file_enable", None),
+    ("flush_least_pages_when_warm_mapped_file", 0),
+    ("flush_least_pages_when_warm_mapped_file", -1),
+    ("flush_least_pages_when_warm_mapped_file", False),
+    ("flush_least_pages_when_warm_mapped_file", 1.5),
+    ("check_crc_on_recover", 0),
+    ("check_crc_on_recover", "yes"),
+    ("store_host", "localhost:10911"),
+    ("store_host", "127.0.0.1"),
+    ("store_host", "127.0.0.1:"),
+    ("store_host", ":10911"),
+    ("store_host", "127.0.0.1:65536"),
+    ("store_host", "127.0.0.1:-1"),
+    ("store_host", "127.0.0.1:port"),
+    ("store_host", "256.0.0.1:10911"),
+    ("store_host", "::1:10911"),
+    ("store_host", "[::1]"),
+    ("store_host", "[127.0.0.1]:10911"),  # brackets are for IPv6 only; the core rejects it
+    ("store_host", ""),
+    ("store_host", 10911),
+    ("store_host", None),
+    ("store_host", "127.0.0.1:\u00b2"),  # '²'.isdigit() is True, int('²') fails
+    ("store_path_commit_log", 5),
+]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"), BAD_VALUES, ids=[f"{s}={v!r}" for s, v in BAD_VALUES]
+)
+def test_bad_value_names_the_setting(setting: str, value: object) -> None:
+    with pytest.raises(rmqstore.StoreConfigError) as info:
+        StoreConfig(**{setting: value})
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, rmqstore.RmqStoreError)
+    assert info.value.setting == setting
+    assert setting in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"), BAD_VALUES[::4], ids=[f"{s}={v!r}" for s, v in BAD_VALUES[::4]]
+)
+def test_bad_override_fails_before_anything_is_created(
+    store_path: Path, setting: str, value: object
+) -> None:
+    with pytest.raises(rmqstore.StoreConfigError) as info:
+        MessageStore(store_path, **{setting: value})
+    assert info.value.setting == setting
+    with pytest.raises(rmqstore.StoreConfigError):
+        StoreConfig().replace(**{setting: value})
+    assert not store_path.exists()
+
+
+def test_unknown_setting_is_a_type_error(store_path: Path) -> None:
+    with pytest.raises(TypeError, match="unknown_setting"):
+        MessageStore(store_path, unknown_setting=1)
+    with pytest.raises(TypeError):
+        StoreConfig(unknown_setting=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unknown_setting"):
+        StoreConfig().replace(unknown_setting=1)
+    with pytest.raises(TypeError):
+        StoreConfig(65536)  # type: ignore[misc]  # keyword-only
+    assert not store_path.exists()
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["10.0.0.1:0", "10.0.0.1:65535", "[::1]:10911", "[fe80::1]:1", "[2001:db8::8:800:200c:417a]:9"],
+)
+def test_good_store_hosts(host: str) -> None:
+    assert StoreConfig(store_host=host).store_host == host
+
+
+def test_replace_returns_a_copy() -> None:
+    base = StoreConfig()
+    other = base.replace(max_message_size=100, warm_mapped_file_enable=True)
+    assert other.max_message_size == 100
+    assert other.warm_mapped_file_enable is True
+    assert base.max_message_size == 4194304
+    assert base.warm_mapped_file_enable is False
+
+
+def test_flush_disk_type_accepts_the_enum() -> None:
+    cfg = StoreConfig(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    assert cfg.flush_disk_type == "SYNC_FLUSH"
+    assert [t.value for t in FlushDiskType] == ["ASYNC_FLUSH", "SYNC_FLUSH"]
+
+
+def test_overrides_are_applied(store_path: Path) -> None:
+    cfg = StoreConfig(mapped_file_size_commit_log=SEGMENT, max_message_size=4096)
+    with MessageStore(store_path, cfg, max_message_size=100, store_host="10.9.8.7:1234") as store:
+        assert store.config.max_message_size == 100
+        assert store.config.mapped_file_size_commit_log == SEGMENT
+        assert store.config.store_host == "10.9.8.7:1234"
+        assert cfg.max_message_size == 4096  # the given config is not changed
+        assert store.put_message(Message("T", bytes(100))).ok
+        too_big = store.put_message(Message("T", bytes(101)))
+        assert too_big.status is rmqstore.PutMessageStatus.MESSAGE_ILLEGAL
+        m = store.look_message_by_offset(0)
+        assert m.store_host == "10.9.8.7:1234"
+        assert m.msg_id.startswith("0A090807000004D2")
+        store.flush()
+        (rec,), _, _ = scan_segment(read_segment(store_path, 0))
+        assert rec.store_host == "10.9.8.7:1234"
+
+
+def test_segment_size_override(open_store, store_path: Path) -> None:
+    store = open_store(mapped_file_size_commit_log=128 * 1024)
+    for _ in range(60):
+        store.put_message(Message("T", bytes(3000)))
+    segments = [Path(p) for p in store.commitlog_segments()]
+    assert [p.name for p in segments] == [segment_name(0), segment_name(128 * 1024)]
+    assert all(p.stat().st_size == 128 * 1024 for p in segments)
+
+
+def test_store_path_commit_log_override(open_store, store_path: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere" / "cl"
+    store = open_store(store_path_commit_log=elsewhere)
+    assert store.config.store_path_commit_log == str(elsewhere)
+    r = store.put_message(Message("T", b"x"))
+    assert r.ok
+    assert (elsewhere / segment_name(0)).stat().st_size == SEGMENT
+    assert not (store_path / "commitlog" / segment_name(0)).exists()
+    assert (store_path / "lock").exists()
+    store.close()
+    with open_store(store_path_commit_log=str(elsewhere)) as again:
+        assert again.look_message_by_offset(0).body == b"x"
+
+
+def test_sync_flush_store_works(open_store) -> None:
+    store = open_store(flush_disk_type="SYNC_FLUSH", warm_mapped_file_enable=True)
+    results = [store.put_message(Message("T", bytes(5000))) for _ in range(30)]
+    assert all(r.ok for r in results)
+    assert store.flush() == store.get_max_phy_offset()
