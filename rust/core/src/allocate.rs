@@ -27,6 +27,8 @@ pub struct AllocateConfig {
     /// SYNC_FLUSH: force while warming.
     pub warm_sync: bool,
     pub warm_flush_pages: i64,
+    /// How long after filling a warmed segment stays locked ([`MUNLOCK_DELAY`]).
+    pub munlock_delay: Duration,
 }
 
 type Ready = std::result::Result<Arc<MappedFile>, String>;
@@ -158,7 +160,7 @@ impl Allocator {
         let mut st = self.lock();
         if st.service_attached && !st.stopped {
             st.unlock_queue
-                .push_back((Instant::now() + MUNLOCK_DELAY, file));
+                .push_back((Instant::now() + self.cfg.munlock_delay, file));
             self.cv.notify_all();
         } else {
             drop(st);
@@ -287,5 +289,66 @@ impl Allocator {
     /// Segments pre-allocated and not yet used (for tests and diagnostics).
     pub fn ready_offsets(&self) -> Vec<i64> {
         self.lock().ready.keys().copied().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_segments_are_unlocked_after_the_delay_by_the_service() {
+        let dir = std::env::temp_dir().join(format!("rmqstore-alloc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let alloc = Arc::new(Allocator::new(
+            dir.clone(),
+            AllocateConfig {
+                file_size: 64 * 1024,
+                warm: true,
+                warm_sync: false,
+                warm_flush_pages: 16,
+                munlock_delay: Duration::from_millis(30),
+            },
+        ));
+        alloc.attach_service();
+        let service = {
+            let alloc = alloc.clone();
+            std::thread::spawn(move || {
+                let mut unlocked = 0;
+                loop {
+                    let step = alloc.service_step(Duration::from_millis(5));
+                    unlocked += step.unlocked;
+                    if step.stopped {
+                        return unlocked;
+                    }
+                }
+            })
+        };
+        let file = alloc.obtain(0).unwrap();
+        if !file.is_locked() {
+            eprintln!("mlock is not permitted here; the unlock path is not exercised");
+            alloc.shutdown();
+            service.join().unwrap();
+            return;
+        }
+        // The service pre-allocates (and warms) the next segment.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while alloc.ready_offsets() != vec![64 * 1024] {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        alloc.schedule_munlock(file.clone());
+        assert!(file.is_locked(), "still locked right after filling");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while file.is_locked() {
+            assert!(Instant::now() < deadline, "never unlocked");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        alloc.shutdown();
+        assert_eq!(service.join().unwrap(), 1);
+        // Shutdown deleted the unused pre-allocated segment.
+        assert!(!dir.join(offset_to_file_name(64 * 1024)).exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

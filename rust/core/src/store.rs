@@ -107,6 +107,7 @@ impl MessageStore {
                 warm: config.warm_mapped_file_enable,
                 warm_sync: config.flush_disk_type == FlushDiskType::SyncFlush,
                 warm_flush_pages: config.flush_least_pages_when_warm_mapped_file,
+                munlock_delay: crate::allocate::MUNLOCK_DELAY,
             },
         ));
         let commitlog = CommitLog::load(
