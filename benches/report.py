@@ -108,6 +108,54 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
         rows.append(
             Row(f"segment roll, {kind} (1 KiB bodies, 1 MiB batches)", text, "(reported)", None)
         )
+    dva = results.get("dispatch_vs_append")
+    if dva:
+        ratio = float(dva["dispatch_rate"]) / float(dva["append_rate"])
+        rows.append(
+            Row(
+                f"dispatch vs batch append, 1 KiB bodies, 2 keys "
+                f"({fmt_rate(float(dva['dispatch_rate']), 'msg/s')} vs "
+                f"{fmt_rate(float(dva['append_rate']), 'msg/s')})",
+                f"{ratio:.2f}x",
+                ">= 2.00x",
+                check(ratio, 2.0),
+            )
+        )
+    gm = results.get("get_message_32")
+    if gm:
+        r = rate(gm, "messages")
+        rows.append(
+            Row(
+                "get_message, batches of 32, one Python thread",
+                fmt_rate(r, "msg/s"),
+                ">= 1 M msg/s",
+                check(r, 1_000_000),
+            )
+        )
+    rb = results.get("read_batch")
+    if rb:
+        r = rate(rb, "messages")
+        rows.append(
+            Row(
+                "read_batch to pyarrow, 128 B bodies",
+                f"{fmt_rate(r, 'msg/s')} ({fmt_rate(rate(rb, 'bytes'), 'B/s')} of bodies)",
+                ">= 10 M msg/s",
+                check(r, 10_000_000),
+            )
+        )
+    qm = results.get("query_message")
+    if qm:
+        p50 = float(qm["p50_s"])
+        rows.append(
+            Row(
+                f"query_message by key over {int(qm['messages']):,} indexed messages "
+                f"(p99 {float(qm['p99_s']) * 1e6:.1f} us)",
+                f"p50 {p50 * 1e6:.1f} us",
+                "p50 < 20 us",
+                # Lower is better: in quick mode allow twice the target.
+                p50 <= 20e-6 / scale,
+            )
+        )
     return rows
 
 

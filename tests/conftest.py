@@ -16,7 +16,7 @@ from hypothesis import settings
 # The helpers next to this file (rmqwire) are imported by plain name.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rmqwire import SEGMENT
+from rmqwire import SEGMENT, SMALL_STORE
 
 settings.register_profile("rmqstore", database=None, deadline=None, max_examples=60)
 settings.load_profile("rmqstore")
@@ -44,6 +44,16 @@ def open_store(store_path: Path) -> Iterator[OpenStore]:
     yield _open
     for store in reversed(opened):
         store.close()
+
+
+@pytest.fixture
+def open_small(open_store: OpenStore) -> OpenStore:
+    """Like ``open_store``, with small consume queue and index files too (``SMALL_STORE``)."""
+
+    def _open(path: Path | None = None, **overrides: Any) -> rmqstore.MessageStore:
+        return open_store(path, **{**SMALL_STORE, **overrides})
+
+    return _open
 
 
 @pytest.fixture

@@ -23,6 +23,17 @@ STOREHOST_V6_FLAG = 0x20
 #: Small commitlog segments (the tests' default) so that segments roll after a few dozen puts.
 SEGMENT = 64 * 1024
 
+#: Small consume queue segments (50 units) and index files (64 slots, 49 entries), with
+#: SEGMENT commitlog segments: what the read-path tests open stores with, so that every kind of
+#: file rolls after a few dozen messages.
+CQ_FILE_SIZE = 20 * 50
+SMALL_STORE = {
+    "mapped_file_size_commit_log": SEGMENT,
+    "mapped_file_size_consume_queue": CQ_FILE_SIZE,
+    "max_hash_slot_num": 64,
+    "max_index_num": 50,
+}
+
 #: Fixed bytes of a V1 record with IPv4 born and store hosts (empty body, topic, properties).
 FIXED_OVERHEAD_V1 = 91
 
@@ -300,3 +311,222 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
             content = p.read_bytes() if p.is_file() and name != "lock" else b""
             out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns, content)
     return out
+
+
+def read_commitlog(store_path: Path) -> dict[int, Record]:
+    """Every record of every commitlog segment, by commitlog (physical) offset."""
+    out: dict[int, Record] = {}
+    for seg in segment_files(store_path):
+        base = int(seg.name)
+        records, _, _ = scan_segment(seg.read_bytes())
+        for rec in records:
+            out[base + rec.position] = rec
+    return out
+
+
+# -- Java hashing (STORE_SPEC §3.2, §4.2) ----------------------------------------------------
+
+INT_MIN = -(2**31)
+INT_MAX = 2**31 - 1
+
+
+def java_hash(s: str) -> int:
+    """Java ``String.hashCode``: ``h = 31*h + unit`` over UTF-16 code units, as a signed int32."""
+    data = s.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 2**32 if h > INT_MAX else h
+
+
+def tags_code(tags: str | None) -> int:
+    """``tagsString2tagsCode``: the TAGS hash sign-extended to a long; 0 without tags."""
+    return java_hash(tags) if tags else 0
+
+
+def index_key_hash(key: str) -> int:
+    """``indexKeyHashMethod``: ``Math.abs(hashCode)``, and 0 when that is still negative
+    (only for ``Integer.MIN_VALUE``, whose abs is itself in Java)."""
+    h = abs(java_hash(key))
+    return 0 if h > INT_MAX else h
+
+
+def string_with_java_hash(prefix: str, target: int, length: int = 8) -> str:
+    """A suffix of ``length`` characters in ``'0'..'z'`` such that
+    ``java_hash(prefix + suffix) == target`` (solved exactly, base-31 digits)."""
+    lo, span = ord("0"), ord("z") - ord("0")
+    weights = [31**j for j in range(length - 1, -1, -1)]
+    base = (java_hash(prefix) * 31**length + lo * sum(weights)) & 0xFFFFFFFF
+    need = (target - base) & 0xFFFFFFFF
+    cap = span * sum(weights)
+    assert need <= cap, "suffix too short"
+    digits = []
+    for w in weights:
+        d = min(span, need // w)
+        digits.append(d)
+        need -= d * w
+    assert need == 0
+    suffix = "".join(chr(lo + d) for d in digits)
+    assert java_hash(prefix + suffix) == target
+    return suffix
+
+
+# -- Consume queues (STORE_SPEC §3) ------------------------------------------------------------
+
+CQ_UNIT_SIZE = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class CqUnit:
+    """One 20-byte consume queue unit."""
+
+    phy_offset: int
+    size: int
+    tags_code: int
+
+    @property
+    def is_pre_blank(self) -> bool:
+        return (self.phy_offset, self.size, self.tags_code) == (0, INT_MAX, 0)
+
+
+def parse_cq_units(data: bytes) -> list[CqUnit]:
+    """The valid units of a consume queue file from its start: ``phy >= 0 and size > 0``
+    (the recovery rule of §3.7; pre-blank units count)."""
+    units: list[CqUnit] = []
+    for pos in range(0, len(data) - CQ_UNIT_SIZE + 1, CQ_UNIT_SIZE):
+        phy, size, code = struct.unpack_from(">qiq", data, pos)
+        if phy < 0 or size <= 0:
+            break
+        units.append(CqUnit(phy, size, code))
+    return units
+
+
+def cq_dir(store_path: Path, topic: str, queue_id: int) -> Path:
+    return store_path / "consumequeue" / topic / str(queue_id)
+
+
+def cq_files(store_path: Path, topic: str, queue_id: int) -> list[Path]:
+    return sorted(cq_dir(store_path, topic, queue_id).iterdir())
+
+
+def read_consume_queue(
+    store_path: Path, topic: str, queue_id: int, file_size: int
+) -> tuple[int, list[CqUnit]]:
+    """(queue offset of the first unit on disk, the units in order) of one queue.
+
+    Checks what §2.1/§3.1 require of the files: 20-digit names giving their logical byte offset,
+    each ``file_size`` bytes, contiguous, and every file but the last completely filled.
+    """
+    files = cq_files(store_path, topic, queue_id)
+    if not files:
+        return 0, []
+    first = int(files[0].name)
+    units: list[CqUnit] = []
+    for i, f in enumerate(files):
+        if len(f.name) != 20 or not f.name.isdigit():
+            raise ValueError(f"bad consume queue file name {f}")
+        if int(f.name) != first + i * file_size:
+            raise ValueError(f"consume queue files not contiguous at {f}")
+        data = f.read_bytes()
+        if len(data) != file_size:
+            raise ValueError(f"{f} is {len(data)} bytes, expected {file_size}")
+        got = parse_cq_units(data)
+        if i < len(files) - 1 and len(got) != file_size // CQ_UNIT_SIZE:
+            raise ValueError(f"{f} is not full but is not the last file")
+        units.extend(got)
+    return first // CQ_UNIT_SIZE, units
+
+
+# -- Index files (STORE_SPEC §4) ---------------------------------------------------------------
+
+INDEX_HEADER_SIZE = 40
+INDEX_SLOT_SIZE = 4
+INDEX_ENTRY_SIZE = 20
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexHeader:
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexEntry:
+    key_hash: int
+    phy_offset: int
+    time_diff: int
+    prev_index: int
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexFileData:
+    """A decoded index file: header, slot table, and entries ``1 .. index_count-1``."""
+
+    name: str
+    header: IndexHeader
+    slots: list[int]
+    #: ``entries[n]`` is entry number ``n``; entry 0 is never used and is ``None``.
+    entries: list[IndexEntry | None]
+
+    def lookup(self, key: str) -> list[int]:
+        """``selectPhyOffset`` without a time window: phy offsets of the entries in ``key``'s
+        bucket whose hash equals ``key``'s, newest first."""
+        h = index_key_hash(key)
+        n = self.slots[h % len(self.slots)]
+        count = self.header.index_count
+        out: list[int] = []
+        seen = 0
+        while 0 < n < count and seen < count:
+            e = self.entries[n]
+            assert e is not None
+            if e.key_hash == h:
+                out.append(e.phy_offset)
+            n = e.prev_index
+            seen += 1
+        return out
+
+
+def parse_index_file(name: str, data: bytes, hash_slot_num: int, index_num: int) -> IndexFileData:
+    if len(data) != index_file_size(hash_slot_num, index_num):
+        raise ValueError(f"index file {name} is {len(data)} bytes")
+    header = IndexHeader(*struct.unpack_from(">qqqqii", data, 0))
+    slots = list(struct.unpack_from(f">{hash_slot_num}i", data, INDEX_HEADER_SIZE))
+    entries_at = INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE
+    entries: list[IndexEntry | None] = [None]
+    for n in range(1, max(header.index_count, 1)):
+        entries.append(IndexEntry(*struct.unpack_from(">iqii", data, entries_at + n * 20)))
+    return IndexFileData(name, header, slots, entries)
+
+
+def index_dir(store_path: Path) -> Path:
+    return store_path / "index"
+
+
+def read_index_files(store_path: Path, hash_slot_num: int, index_num: int) -> list[IndexFileData]:
+    """Every index file, in name order (= creation order)."""
+    d = index_dir(store_path)
+    if not d.exists():
+        return []
+    return [
+        parse_index_file(p.name, p.read_bytes(), hash_slot_num, index_num)
+        for p in sorted(d.iterdir())
+    ]
+
+
+def index_keys(rec: Record) -> list[str]:
+    """``IndexService.buildIndex``: the keys one record is indexed under, in order:
+    ``topic#UNIQ_KEY`` then ``topic#k`` for every non-empty ``k`` of ``KEYS.split(" ")``."""
+    props = rec.properties
+    keys: list[str] = []
+    if props.get("UNIQ_KEY"):
+        keys.append(f"{rec.topic}#{props['UNIQ_KEY']}")
+    keys += [f"{rec.topic}#{k}" for k in props.get("KEYS", "").split(" ") if k]
+    return keys

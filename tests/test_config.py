@@ -30,6 +30,17 @@ def test_defaults_are_rocketmqs() -> None:
         "check_crc_on_recover": True,
         "store_host": "127.0.0.1:10911",
         "store_path_commit_log": None,
+        "mapped_file_size_consume_queue": 6000000,
+        "message_index_enable": True,
+        "max_hash_slot_num": 5000000,
+        "max_index_num": 20000000,
+        "max_msgs_num_batch": 64,
+        "max_transfer_count_on_message_in_memory": 32,
+        "max_transfer_bytes_on_message_in_memory": 262144,
+        "max_transfer_count_on_message_in_disk": 8,
+        "max_transfer_bytes_on_message_in_disk": 65536,
+        "access_message_in_memory_max_ratio": 40,
+        "max_filter_message_size": 16000,
     }
 
 

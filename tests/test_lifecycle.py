@@ -100,6 +100,7 @@ def test_second_open_in_this_process_is_locked_and_touches_nothing(
     for i in range(40):
         store.put_message(Message("T", bytes([i]) * 3000))
     store.flush()
+    assert store.wait_dispatched()
     before = snapshot(store_path)
     with pytest.raises(rmqstore.StoreLockedError) as info:
         MessageStore(store_path, mapped_file_size_commit_log=SEGMENT)
@@ -144,6 +145,7 @@ def test_open_from_another_process_is_locked_until_closed(
     store = open_store()
     r = store.put_message(Message("T", b"hello"))
     store.flush()
+    assert store.wait_dispatched()  # dispatch writes the consume queue in the background
     before = snapshot(store_path)
     code = OTHER_PROCESS.format(path=str(store_path), segment=SEGMENT)
     assert in_subprocess(code) == f"LOCKED True {store_path}"

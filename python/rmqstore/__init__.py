@@ -6,9 +6,9 @@ and reads. The engine is Rust (``rmqstore._rmqstore``); this package orchestrate
 
 from __future__ import annotations
 
-from ._rmqstore import Message, MessageExt, PutMessageResult, __version__
+from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult, __version__
 from .config import StoreConfig
-from .enums import FlushDiskType, PutMessageStatus
+from .enums import FlushDiskType, GetMessageStatus, PutMessageStatus
 from .errors import (
     InvalidArgumentError,
     RmqStoreError,
@@ -22,6 +22,8 @@ from .store import MessageStore
 
 __all__ = [
     "FlushDiskType",
+    "GetMessageResult",
+    "GetMessageStatus",
     "InvalidArgumentError",
     "Message",
     "MessageExt",

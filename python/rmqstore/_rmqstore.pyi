@@ -3,12 +3,14 @@
 from collections.abc import Iterable, Mapping
 from typing import Any, final
 
-from .enums import PutMessageStatus
+from .enums import GetMessageStatus, PutMessageStatus
 
 __all__ = [
     "BLANK_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE_V2",
+    "ColumnBuffer",
+    "GetMessageResult",
     "Message",
     "MessageExt",
     "PutMessageResult",
@@ -126,6 +128,31 @@ class PutMessageResult:
     def record_offsets(self) -> list[int]: ...
 
 @final
+class GetMessageResult:
+    """What a read by queue answered."""
+
+    @property
+    def status(self) -> GetMessageStatus: ...
+    @property
+    def next_begin_offset(self) -> int: ...
+    @property
+    def min_offset(self) -> int: ...
+    @property
+    def max_offset(self) -> int: ...
+    @property
+    def buffer_total_size(self) -> int: ...
+    @property
+    def messages(self) -> list[MessageExt]: ...
+    @property
+    def message_count(self) -> int: ...
+
+@final
+class ColumnBuffer:
+    """Read-only bytes owned by Rust, exposed through the buffer protocol (no copy)."""
+
+    def __len__(self) -> int: ...
+
+@final
 class Store:
     """The Rust store behind ``rmqstore.MessageStore``."""
 
@@ -144,6 +171,49 @@ class Store:
         born_timestamp: int | None = None,
         born_host: str | None = None,
     ) -> PutMessageResult: ...
+    def dispatch_step(self, max_bytes: int, timeout_ms: int) -> tuple[int, int, int, int]: ...
+    def dispatch_behind_bytes(self) -> int: ...
+    def get_confirm_offset(self) -> int: ...
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int = 32,
+        subscription: str | None = "*",
+    ) -> GetMessageResult: ...
+    def query_message(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = 32,
+        begin_timestamp: int = 0,
+        end_timestamp: int | None = None,
+    ) -> list[MessageExt]: ...
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+    def get_message_total_in_queue(self, topic: str, queue_id: int) -> int: ...
+    def get_commit_log_offset_in_queue(
+        self, topic: str, queue_id: int, consume_queue_offset: int
+    ) -> int: ...
+    def get_message_store_timestamp(
+        self, topic: str, queue_id: int, consume_queue_offset: int
+    ) -> int: ...
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int: ...
+    def get_offset_in_queue_by_time(
+        self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower"
+    ) -> int: ...
+    def read_batch_buffers(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        include_properties: bool = True,
+    ) -> tuple[int, int, dict[str, ColumnBuffer]]: ...
+    def topics(self) -> list[str]: ...
+    def queue_ids(self, topic: str) -> list[int]: ...
     def look_message_by_offset(self, offset: int) -> MessageExt | None: ...
     def get_max_phy_offset(self) -> int: ...
     def get_min_phy_offset(self) -> int: ...

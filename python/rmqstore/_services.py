@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._rmqstore import Store
 
-__all__ = ["AllocateMappedFileService", "ServiceThread"]
+__all__ = ["AllocateMappedFileService", "ReputMessageService", "ServiceThread"]
 
 log = logging.getLogger("rmqstore.services")
 
@@ -102,3 +103,46 @@ class AllocateMappedFileService(ServiceThread):
         self.unlocked += unlocked
         self.alloc_seconds += seconds
         return not stopped
+
+
+class ReputMessageService(ServiceThread):
+    """Dispatch: builds consume queues and index files from committed commitlog records
+    (``ReputMessageService``). Each round dispatches one chunk in Rust with the GIL released,
+    or parks in Rust until a put (or, in SYNC_FLUSH mode, a flush) wakes it."""
+
+    name = "ReputMessageService"
+
+    #: Commitlog bytes dispatched per Rust call.
+    chunk_bytes = 16 * 1024 * 1024
+    #: How long one call parks when there is nothing to dispatch.
+    poll_ms = 200
+    #: Pause after a failed round before trying again.
+    retry_seconds = 1.0
+
+    def __init__(self, core: Store) -> None:
+        super().__init__()
+        self._core = core
+        self.dispatched = 0
+        self.failures = 0
+
+    def run_once(self) -> bool:
+        try:
+            dispatched, _bytes, _offset, _behind = self._core.dispatch_step(
+                self.chunk_bytes, self.poll_ms
+            )
+        except Exception:
+            if self._stopped.is_set():
+                return False
+            self.failures += 1
+            log.exception("dispatch failed; retrying in %.1f s", self.retry_seconds)
+            time.sleep(self.retry_seconds)
+            return True
+        self.dispatched += dispatched
+        return True
+
+    def stats(self) -> dict[str, float]:
+        return {
+            **super().stats(),
+            "dispatched": float(self.dispatched),
+            "failures": float(self.failures),
+        }

@@ -79,6 +79,29 @@ class StoreConfig:
     store_host: str = "127.0.0.1:10911"
     #: ``storePathCommitLog``: commitlog folder; ``None`` means ``<store>/commitlog``.
     store_path_commit_log: str | None = None
+    #: ``mappedFileSizeConsumeQueue``: bytes per consume queue segment (300,000 units of 20
+    #: bytes); rounded up to whole units.
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    #: ``messageIndexEnable``: build index files (lookup by key).
+    message_index_enable: bool = True
+    #: ``maxHashSlotNum``: hash slots per index file.
+    max_hash_slot_num: int = 5_000_000
+    #: ``maxIndexNum``: entries per index file (one fewer fit).
+    max_index_num: int = 20_000_000
+    #: ``maxMsgsNumBatch``: most offsets one index lookup returns.
+    max_msgs_num_batch: int = 64
+    #: ``maxTransferCountOnMessageInMemory``: most messages per read while in page cache.
+    max_transfer_count_on_message_in_memory: int = 32
+    #: ``maxTransferBytesOnMessageInMemory``: most bytes per read while in page cache.
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    #: ``maxTransferCountOnMessageInDisk``: most messages per read from cold data.
+    max_transfer_count_on_message_in_disk: int = 8
+    #: ``maxTransferBytesOnMessageInDisk``: most bytes per read from cold data.
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    #: ``accessMessageInMemoryMaxRatio``: percent of RAM behind the log end taken as in memory.
+    access_message_in_memory_max_ratio: int = 40
+    #: ``maxFilterMessageSize``: consume queue bytes one filtered read may scan.
+    max_filter_message_size: int = 16000
 
     def __post_init__(self) -> None:
         _check_int("mapped_file_size_commit_log", self.mapped_file_size_commit_log, 4096, _I32_MAX)
@@ -100,6 +123,31 @@ class StoreConfig:
             _I32_MAX,
         )
         _check_bool("check_crc_on_recover", self.check_crc_on_recover)
+        _check_int(
+            "mapped_file_size_consume_queue", self.mapped_file_size_consume_queue, 20, _I32_MAX
+        )
+        _check_bool("message_index_enable", self.message_index_enable)
+        _check_int("max_hash_slot_num", self.max_hash_slot_num, 1, _I32_MAX)
+        _check_int("max_index_num", self.max_index_num, 2, _I32_MAX)
+        index_bytes = 40 + self.max_hash_slot_num * 4 + self.max_index_num * 20
+        if index_bytes > _I32_MAX:
+            raise _bad(
+                "max_index_num",
+                f"an index file of {index_bytes} bytes (40 + 4 x max_hash_slot_num + 20 x "
+                f"max_index_num) exceeds {_I32_MAX} bytes",
+            )
+        for name in (
+            "max_msgs_num_batch",
+            "max_transfer_count_on_message_in_memory",
+            "max_transfer_bytes_on_message_in_memory",
+            "max_transfer_count_on_message_in_disk",
+            "max_transfer_bytes_on_message_in_disk",
+            "max_filter_message_size",
+        ):
+            _check_int(name, getattr(self, name), 1, _I32_MAX)
+        _check_int(
+            "access_message_in_memory_max_ratio", self.access_message_in_memory_max_ratio, 0, 100
+        )
         _check_host("store_host", self.store_host)
         if self.store_path_commit_log is not None:
             if not isinstance(self.store_path_commit_log, (str, os.PathLike)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["FlushDiskType", "PutMessageStatus"]
+__all__ = ["FlushDiskType", "GetMessageStatus", "PutMessageStatus"]
 
 
 class PutMessageStatus(enum.Enum):
@@ -26,6 +26,21 @@ class PutMessageStatus(enum.Enum):
     WHEEL_TIMER_FLOW_CONTROL = "WHEEL_TIMER_FLOW_CONTROL"
     WHEEL_TIMER_MSG_ILLEGAL = "WHEEL_TIMER_MSG_ILLEGAL"
     WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
+
+
+class GetMessageStatus(enum.Enum):
+    """What a read answered (``org.apache.rocketmq.store.GetMessageStatus``)."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    OFFSET_RESET = "OFFSET_RESET"
 
 
 class FlushDiskType(enum.Enum):

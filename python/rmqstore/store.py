@@ -5,16 +5,22 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import _rmqstore
-from ._rmqstore import Message, MessageExt, PutMessageResult
-from ._services import AllocateMappedFileService, ServiceThread
+from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult
+from ._services import AllocateMappedFileService, ReputMessageService, ServiceThread
 from .config import StoreConfig
+from .errors import InvalidArgumentError
+from .offsets import ConsumerOffsetManager
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["MessageStore"]
 
@@ -56,7 +62,15 @@ class MessageStore:
         self._path = Path(store_path)
         self._close_lock = threading.Lock()
         self._core = _rmqstore.Store(os.fspath(self._path), cfg.to_dict())
-        self._services: list[ServiceThread] = [AllocateMappedFileService(self._core)]
+        try:
+            self._offsets = ConsumerOffsetManager(self._path / "config")
+        except BaseException:
+            self._core.close()
+            raise
+        self._services: list[ServiceThread] = [
+            AllocateMappedFileService(self._core),
+            ReputMessageService(self._core),
+        ]
         for service in self._services:
             service.start()
         _OPEN_STORES.add(self)
@@ -85,8 +99,11 @@ class MessageStore:
             self._core.stop_services()
             for service in self._services:
                 service.join()
-            self._core.close()
-            _OPEN_STORES.discard(self)
+            try:
+                self._core.close()
+            finally:
+                self._offsets.close()
+                _OPEN_STORES.discard(self)
 
     def __enter__(self) -> MessageStore:
         return self
@@ -145,7 +162,154 @@ class MessageStore:
             born_host=born_host,
         )
 
-    # -- read ------------------------------------------------------------------------------
+    # -- dispatch --------------------------------------------------------------------------
+
+    def dispatch_behind_bytes(self) -> int:
+        """Confirmed commitlog bytes not yet dispatched to consume queues and index files.
+
+        At 0, every message put so far is visible to :meth:`get_message`,
+        :meth:`query_message` and :meth:`read_batch`. In SYNC_FLUSH mode only flushed bytes
+        are confirmed.
+        """
+        return self._core.dispatch_behind_bytes()
+
+    def wait_dispatched(self, timeout: float = 10.0) -> bool:
+        """Waits until :meth:`dispatch_behind_bytes` is 0; False if ``timeout`` passed first."""
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while self._core.dispatch_behind_bytes() > 0:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+        return True
+
+    def get_confirm_offset(self) -> int:
+        """How far dispatch may read: the flushed offset (SYNC_FLUSH) or the written end."""
+        return self._core.get_confirm_offset()
+
+    # -- read by queue ---------------------------------------------------------------------
+
+    def get_message(  # noqa: PLR0917 - RocketMQ's getMessage signature
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int = 32,
+        subscription: str | None = "*",
+    ) -> GetMessageResult:
+        """Reads up to ``max_msg_nums`` messages of a queue from ``offset``.
+
+        ``subscription`` is RocketMQ's tag expression: ``"*"`` or ``"TagA || TagB"``. The
+        status and ``next_begin_offset`` follow RocketMQ's ``getMessage`` (STORE_SPEC §8.1).
+        """
+        return self._core.get_message(group, topic, queue_id, offset, max_msg_nums, subscription)
+
+    def query_message(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = 32,
+        begin_timestamp: int = 0,
+        end_timestamp: int | None = None,
+    ) -> list[MessageExt]:
+        """Messages whose KEYS entry or UNIQ_KEY equals ``key``, newest first, stored within
+        ``[begin_timestamp, end_timestamp]`` (ms)."""
+        return self._core.query_message(topic, key, max_num, begin_timestamp, end_timestamp)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next dispatched message of the queue will get (0 if none)."""
+        return self._core.get_max_offset_in_queue(topic, queue_id)
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The first readable queue offset (0 for an unknown queue)."""
+        return self._core.get_min_offset_in_queue(topic, queue_id)
+
+    def get_message_total_in_queue(self, topic: str, queue_id: int) -> int:
+        return self._core.get_message_total_in_queue(topic, queue_id)
+
+    def get_commit_log_offset_in_queue(
+        self, topic: str, queue_id: int, consume_queue_offset: int
+    ) -> int:
+        """Commitlog offset of the message at a queue offset (0 if none)."""
+        return self._core.get_commit_log_offset_in_queue(topic, queue_id, consume_queue_offset)
+
+    def get_message_store_timestamp(
+        self, topic: str, queue_id: int, consume_queue_offset: int
+    ) -> int:
+        """Store timestamp (ms) of the message at a queue offset, -1 if none."""
+        return self._core.get_message_store_timestamp(topic, queue_id, consume_queue_offset)
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """Store timestamp of the queue's first readable message, -1 if none."""
+        return self._core.get_earliest_message_time(topic, queue_id)
+
+    def get_offset_in_queue_by_time(
+        self,
+        topic: str,
+        queue_id: int,
+        timestamp: int,
+        boundary: Literal["lower", "upper"] = "lower",
+    ) -> int:
+        """``"lower"``: the first queue offset stored at or after ``timestamp`` (the max offset
+        when none is); ``"upper"``: the last one stored at or before it."""
+        return self._core.get_offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
+
+    def read_batch(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        *,
+        include_properties: bool = True,
+    ) -> pa.RecordBatch:
+        """Up to ``max_msgs`` messages of a queue from ``offset`` as a ``pyarrow.RecordBatch``
+        (topic, queue_id, queue_offset, commit_log_offset, store_timestamp, born_timestamp,
+        tags, keys, properties, body), built in Rust without a Python object per message.
+
+        The read crosses consume queue segments; the next offset to read is the last row's
+        ``queue_offset + 1`` (or ``offset`` when the batch is empty).
+        """
+        from ._arrow import batch_from_buffers
+
+        if max_msgs < 0:
+            raise InvalidArgumentError(f"max_msgs must be >= 0, got {max_msgs}")
+        rows, _next, buffers = self._core.read_batch_buffers(
+            topic, queue_id, offset, max_msgs, include_properties
+        )
+        return batch_from_buffers(rows, buffers, include_properties)
+
+    def topics(self) -> list[str]:
+        """Topics that have messages dispatched."""
+        return self._core.topics()
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """Queue ids of a topic, ascending."""
+        return self._core.queue_ids(topic)
+
+    # -- consumer offsets ------------------------------------------------------------------
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Records a consumer group's next offset for a queue, durably, in
+        ``config/consumerOffset.json`` (RocketMQ's shape; written atomically with a ``.bak``)."""
+        self._offsets.commit_offset(group, topic, queue_id, offset)
+
+    def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+        """Several queues' offsets of one group and topic in one durable write."""
+        self._offsets.commit_offsets(group, topic, offsets)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset of a group for a queue, -1 when none."""
+        return self._offsets.query_offset(group, topic, queue_id)
+
+    @property
+    def consumer_offsets(self) -> ConsumerOffsetManager:
+        """The consumer offset table (``config/consumerOffset.json``)."""
+        return self._offsets
+
+    # -- read by commitlog offset ----------------------------------------------------------
 
     def look_message_by_offset(self, offset: int) -> MessageExt | None:
         """The message whose record starts at commitlog ``offset``; ``None`` outside the log.
@@ -172,6 +336,15 @@ class MessageStore:
     def commitlog_segments(self) -> list[str]:
         """Paths of the commitlog segment files, oldest first."""
         return self._core.commitlog_segments()
+
+    def _pause_service(self, name: str) -> None:
+        """Stops one background service thread (benchmarks and tests drive its work by hand)."""
+        for service in self._services:
+            if service.name == name:
+                service.signal_stop()
+                service.join()
+                return
+        raise InvalidArgumentError(f"no service named {name!r}")
 
     def service_stats(self) -> dict[str, dict[str, float]]:
         """Counters of the background services, by service name."""

@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{fence, AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use crate::allocate::Allocator;
 use crate::error::{Result, StoreError};
@@ -12,8 +13,8 @@ use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::{
     check_envelope, check_record, render_properties, sysflag, write_blank, DecodedRecord, HostAddr,
-    Message, MessageLimits, PreparedBody, PutMessageStatus, RecordCheck, RecordEnvelope,
-    RecordTemplate, END_FILE_MIN_BLANK_LENGTH,
+    Message, MessageExt, MessageLimits, PreparedBody, PutMessageStatus, RecordCheck,
+    RecordEnvelope, RecordTemplate, END_FILE_MIN_BLANK_LENGTH,
 };
 use crate::util::now_millis;
 
@@ -149,8 +150,48 @@ fn nonzero_extent(buf: &[u8]) -> i64 {
     end as i64
 }
 
+/// Wakes the dispatch thread when the readable end of the commitlog moves. A put pays one
+/// fence and a flag load; the condition variable is touched only while dispatch is parked.
+#[derive(Default)]
+pub struct DataSignal {
+    waiting: AtomicBool,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl DataSignal {
+    /// Called after new bytes became readable (or flushed).
+    pub fn notify(&self) {
+        fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) {
+            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.cv.notify_all();
+        }
+    }
+
+    /// Parks for up to `timeout` unless `ready()` already holds.
+    pub fn wait(&self, timeout: Duration, ready: impl Fn() -> bool) {
+        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.waiting.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !ready() {
+            let _ = self.cv.wait_timeout(g, timeout);
+        }
+        self.waiting.store(false, Ordering::SeqCst);
+    }
+
+    /// Wakes a parked waiter unconditionally (shutdown).
+    pub fn wake(&self) {
+        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.cv.notify_all();
+    }
+}
+
 pub struct CommitLog {
     queue: MappedFileQueue,
+    /// SYNC_FLUSH: only flushed bytes are confirmed (readable by dispatch).
+    sync_flush: bool,
+    signal: Arc<DataSignal>,
     allocator: Arc<Allocator>,
     put: Mutex<PutState>,
     /// When the current holder took the append lock (0 = not held): `beginTimeInLock`.
@@ -166,10 +207,14 @@ impl CommitLog {
         allocator: Arc<Allocator>,
         store_host: HostAddr,
         max_message_size: i32,
+        sync_flush: bool,
+        signal: Arc<DataSignal>,
     ) -> Result<CommitLog> {
         let queue = MappedFileQueue::load(dir, file_size)?;
         Ok(CommitLog {
             queue,
+            sync_flush,
+            signal,
             allocator,
             put: Mutex::new(PutState::default()),
             begin_time_in_lock: AtomicI64::new(0),
@@ -397,6 +442,9 @@ impl CommitLog {
             );
         }
         self.unlock_put(st);
+        if !self.sync_flush {
+            self.signal.notify();
+        }
         AppendResult {
             status: PutMessageStatus::PutOk,
             wrote_offset,
@@ -423,12 +471,27 @@ impl CommitLog {
         self.queue.max_offset()
     }
 
-    /// Calls `f` with the record starting at `offset`: `Ok(None)` when the offset is outside the
-    /// commitlog, an error when it is inside but not the start of a message.
+    /// `getConfirmOffset`: how far dispatch may read. SYNC_FLUSH: the flushed offset;
+    /// ASYNC_FLUSH: the written end. The one place that bound is decided.
+    pub fn confirm_offset(&self) -> i64 {
+        if self.sync_flush {
+            self.queue.flushed_where().min(self.max_offset())
+        } else {
+            self.max_offset()
+        }
+    }
+
+    pub fn signal(&self) -> &DataSignal {
+        &self.signal
+    }
+
+    /// Calls `f` with the record starting at `offset` (decoded, and the bytes from its start to
+    /// the end of the readable region): `Ok(None)` when the offset is outside the commitlog, an
+    /// error when it is inside but not the start of a message.
     pub fn with_record<T>(
         &self,
         offset: i64,
-        f: impl FnOnce(&DecodedRecord<'_>) -> T,
+        f: impl FnOnce(&DecodedRecord<'_>, &[u8]) -> T,
     ) -> Result<Option<T>> {
         if offset < 0 || offset >= self.max_offset() {
             return Ok(None);
@@ -441,7 +504,7 @@ impl CommitLog {
             return Ok(None);
         };
         match check_record_at(data, offset, false) {
-            RecordCheck::Message(d) => Ok(Some(f(&d))),
+            RecordCheck::Message(d) => Ok(Some(f(&d, data))),
             RecordCheck::Blank { .. } => Err(StoreError::InvalidArgument(format!(
                 "offset {offset} is the end-of-file blank record of segment {}, not a message",
                 file.path().display()
@@ -536,6 +599,55 @@ impl CommitLog {
                 break;
             }
         }
+        if self.sync_flush {
+            self.signal.notify();
+        }
         Ok(self.queue.flushed_where())
+    }
+
+    /// A readable slice of the commitlog from `offset` to the end of its segment's readable
+    /// region (bounded by `end`), with the segment it lives in.
+    pub fn read_from(&self, offset: i64, end: i64) -> Option<(Arc<MappedFile>, i64)> {
+        let file = self.queue.find_by_offset(offset)?;
+        let limit = (end - file.file_from_offset()).min(file.read_position());
+        Some((file, limit))
+    }
+
+    /// The record at `offset` of known `size` (from a consume queue unit), validated.
+    pub fn message_at(&self, offset: i64, size: i32) -> Option<MessageExt> {
+        let file = self.queue.find_by_offset(offset)?;
+        let data = file.read(offset - file.file_from_offset(), i64::from(size))?;
+        match check_record_at(data, offset, false) {
+            RecordCheck::Message(d) => Some(MessageExt::from_record(&d, data)),
+            _ => None,
+        }
+    }
+
+    /// STORETIMESTAMP of the record at `offset` (`pickupStoreTimestamp`), -1 if unreadable.
+    pub fn store_timestamp_at(&self, offset: i64, size: i32) -> i64 {
+        if offset < self.min_offset() || offset + i64::from(size) > self.max_offset() {
+            return -1;
+        }
+        let Some(file) = self.queue.find_by_offset(offset) else {
+            return -1;
+        };
+        let Some(head) = file.read(offset - file.file_from_offset(), 80.min(i64::from(size)))
+        else {
+            return -1;
+        };
+        if head.len() < crate::message::SYSFLAG_POSITION + 4 {
+            return -1;
+        }
+        let sys_flag = crate::message::be_i32(head, crate::message::SYSFLAG_POSITION);
+        let at = crate::message::BORN_HOST_POSITION
+            + if sys_flag & sysflag::BORNHOST_V6 != 0 {
+                20
+            } else {
+                8
+            };
+        if head.len() < at + 8 {
+            return -1;
+        }
+        crate::message::be_i64(head, at)
     }
 }

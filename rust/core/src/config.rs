@@ -47,6 +47,29 @@ pub struct StoreConfig {
     pub check_crc_on_recover: bool,
     /// The broker address written as STOREHOST and used in message ids.
     pub store_host: HostAddr,
+    /// `mappedFileSizeConsumeQueue` in bytes (300,000 units of 20 bytes); rounded up to a
+    /// multiple of 20 as RocketMQ's getter does.
+    pub mapped_file_size_consume_queue: i64,
+    /// `messageIndexEnable`.
+    pub message_index_enable: bool,
+    /// `maxHashSlotNum`.
+    pub max_hash_slot_num: i32,
+    /// `maxIndexNum`.
+    pub max_index_num: i32,
+    /// `maxMsgsNumBatch`: most offsets one index query returns.
+    pub max_msgs_num_batch: i32,
+    /// `maxTransferCountOnMessageInMemory`.
+    pub max_transfer_count_on_message_in_memory: i32,
+    /// `maxTransferBytesOnMessageInMemory`.
+    pub max_transfer_bytes_on_message_in_memory: i64,
+    /// `maxTransferCountOnMessageInDisk`.
+    pub max_transfer_count_on_message_in_disk: i32,
+    /// `maxTransferBytesOnMessageInDisk`.
+    pub max_transfer_bytes_on_message_in_disk: i64,
+    /// `accessMessageInMemoryMaxRatio` (percent of physical memory).
+    pub access_message_in_memory_max_ratio: i32,
+    /// `maxFilterMessageSize`.
+    pub max_filter_message_size: i64,
 }
 
 impl Default for StoreConfig {
@@ -63,6 +86,17 @@ impl Default for StoreConfig {
                 ip: [127, 0, 0, 1],
                 port: 10911,
             },
+            mapped_file_size_consume_queue: 300_000 * 20,
+            message_index_enable: true,
+            max_hash_slot_num: 5_000_000,
+            max_index_num: 20_000_000,
+            max_msgs_num_batch: 64,
+            max_transfer_count_on_message_in_memory: 32,
+            max_transfer_bytes_on_message_in_memory: 256 * 1024,
+            max_transfer_count_on_message_in_disk: 8,
+            max_transfer_bytes_on_message_in_disk: 64 * 1024,
+            access_message_in_memory_max_ratio: 40,
+            max_filter_message_size: 16000,
         }
     }
 }
@@ -88,6 +122,59 @@ impl StoreConfig {
                 format!("must be at least 1 byte, got {}", self.max_message_size),
             ));
         }
+        let cq = self.mapped_file_size_consume_queue;
+        if !(20..=i64::from(i32::MAX)).contains(&cq) {
+            return Err(StoreError::config(
+                "mapped_file_size_consume_queue",
+                format!("must be between 20 and {} bytes, got {cq}", i32::MAX),
+            ));
+        }
+        let slots = i64::from(self.max_hash_slot_num);
+        let entries = i64::from(self.max_index_num);
+        if slots < 1 || entries < 2 || 40 + slots * 4 + entries * 20 > i64::from(i32::MAX) {
+            return Err(StoreError::config(
+                "max_index_num",
+                format!(
+                    "max_hash_slot_num ({slots}) must be at least 1, max_index_num ({entries}) at \
+                     least 2, and an index file ({} bytes) at most {} bytes",
+                    40 + slots * 4 + entries * 20,
+                    i32::MAX
+                ),
+            ));
+        }
+        for (name, v) in [
+            ("max_msgs_num_batch", i64::from(self.max_msgs_num_batch)),
+            (
+                "max_transfer_count_on_message_in_memory",
+                i64::from(self.max_transfer_count_on_message_in_memory),
+            ),
+            (
+                "max_transfer_bytes_on_message_in_memory",
+                self.max_transfer_bytes_on_message_in_memory,
+            ),
+            (
+                "max_transfer_count_on_message_in_disk",
+                i64::from(self.max_transfer_count_on_message_in_disk),
+            ),
+            (
+                "max_transfer_bytes_on_message_in_disk",
+                self.max_transfer_bytes_on_message_in_disk,
+            ),
+            ("max_filter_message_size", self.max_filter_message_size),
+        ] {
+            if v < 1 {
+                return Err(StoreError::config(
+                    name,
+                    format!("must be at least 1, got {v}"),
+                ));
+            }
+        }
+        if !(0..=100).contains(&self.access_message_in_memory_max_ratio) {
+            return Err(StoreError::config(
+                "access_message_in_memory_max_ratio",
+                "must be a percentage (0 to 100)",
+            ));
+        }
         if self.flush_least_pages_when_warm_mapped_file < 1 {
             return Err(StoreError::config(
                 "flush_least_pages_when_warm_mapped_file",
@@ -95,5 +182,12 @@ impl StoreConfig {
             ));
         }
         Ok(())
+    }
+}
+
+impl StoreConfig {
+    /// `getMappedFileSizeConsumeQueue`: whole units per consume queue segment.
+    pub fn consume_queue_units_per_file(&self) -> i64 {
+        (self.mapped_file_size_consume_queue + 19) / 20
     }
 }

@@ -7,16 +7,21 @@
 pub mod allocate;
 pub mod commitlog;
 pub mod config;
+pub mod consume_queue;
+pub mod consume_queue_store;
 pub mod error;
+pub mod index;
 pub mod lockfile;
 pub mod mapped_file;
 pub mod mapped_file_queue;
 pub mod message;
+pub mod read;
+pub mod reput;
 pub mod store;
 pub mod util;
 
 pub use commitlog::{AppendResult, Batch, RecoveryReport};
 pub use config::{FlushDiskType, StoreConfig};
 pub use error::{Result, StoreError};
-pub use message::{HostAddr, Message, PutMessageStatus};
-pub use store::{MessageExt, MessageStore};
+pub use message::{HostAddr, Message, MessageExt, PutMessageStatus};
+pub use store::MessageStore;

@@ -34,7 +34,7 @@ pub const PROPERTY_SEPARATOR: char = '\u{2}';
 pub mod property {
     pub const TAGS: &str = "TAGS";
     pub const KEYS: &str = "KEYS";
-    pub const UNIQ_KEY: &str = "UNIQ_CLIENT_MESSAGE_ID_KEYIDX";
+    pub const UNIQ_KEY: &str = "UNIQ_KEY";
     pub const WAIT: &str = "WAIT";
     pub const DELAY: &str = "DELAY";
     pub const KEY_SEPARATOR: char = ' ';
@@ -634,19 +634,19 @@ pub fn write_blank(dst: &mut [u8], max_blank: i32) {
     dst[4..8].copy_from_slice(&BLANK_MAGIC_CODE.to_be_bytes());
 }
 
-#[inline]
+#[inline(always)]
 pub fn be_i32(buf: &[u8], at: usize) -> i32 {
     i32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
 }
 
-#[inline]
+#[inline(always)]
 pub fn be_i64(buf: &[u8], at: usize) -> i64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&buf[at..at + 8]);
     i64::from_be_bytes(b)
 }
 
-#[inline]
+#[inline(always)]
 pub fn be_i16(buf: &[u8], at: usize) -> i16 {
     i16::from_be_bytes([buf[at], buf[at + 1]])
 }
@@ -834,6 +834,153 @@ pub fn check_record(buf: &[u8], check_crc: bool) -> RecordCheck<'_> {
         topic,
         properties,
     })
+}
+
+/// A stored message read back from the commitlog (RocketMQ's `MessageExt`): the raw record,
+/// copied out of the segment, with its fixed fields decoded and the variable ones located.
+/// Body, topic and properties are decoded only when asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessageExt {
+    raw: Box<[u8]>,
+    pub queue_id: i32,
+    pub flag: i32,
+    pub queue_offset: i64,
+    pub commit_log_offset: i64,
+    pub store_size: i32,
+    pub body_crc: i32,
+    pub sys_flag: i32,
+    pub born_timestamp: i64,
+    pub born_host: HostAddr,
+    pub store_timestamp: i64,
+    pub store_host: HostAddr,
+    pub reconsume_times: i32,
+    pub prepared_transaction_offset: i64,
+    body: (u32, u32),
+    topic: (u32, u32),
+    properties: (u32, u32),
+}
+
+fn span(outer: &[u8], inner: &[u8]) -> (u32, u32) {
+    let start = inner.as_ptr() as usize - outer.as_ptr() as usize;
+    (start as u32, (start + inner.len()) as u32)
+}
+
+impl MessageExt {
+    /// Copies a validated record out of the segment it was decoded from.
+    pub fn from_record(d: &DecodedRecord<'_>, record: &[u8]) -> MessageExt {
+        let raw: Box<[u8]> = record[..d.total_size as usize].into();
+        MessageExt {
+            queue_id: d.queue_id,
+            flag: d.flag,
+            queue_offset: d.queue_offset,
+            commit_log_offset: d.physical_offset,
+            store_size: d.total_size,
+            body_crc: d.body_crc,
+            sys_flag: d.sys_flag,
+            born_timestamp: d.born_timestamp,
+            born_host: d.born_host,
+            store_timestamp: d.store_timestamp,
+            store_host: d.store_host,
+            reconsume_times: d.reconsume_times,
+            prepared_transaction_offset: d.prepared_transaction_offset,
+            body: span(record, d.body),
+            topic: span(record, d.topic),
+            properties: span(record, d.properties),
+            raw,
+        }
+    }
+
+    fn slice(&self, (a, b): (u32, u32)) -> &[u8] {
+        &self.raw[a as usize..b as usize]
+    }
+
+    /// The whole record as stored.
+    pub fn raw(&self) -> &[u8] {
+        &self.raw
+    }
+
+    pub fn body(&self) -> &[u8] {
+        self.slice(self.body)
+    }
+
+    pub fn topic(&self) -> Cow<'_, str> {
+        String::from_utf8_lossy(self.slice(self.topic))
+    }
+
+    pub fn topic_bytes(&self) -> &[u8] {
+        self.slice(self.topic)
+    }
+
+    pub fn properties_str(&self) -> Cow<'_, str> {
+        String::from_utf8_lossy(self.slice(self.properties))
+    }
+
+    pub fn properties(&self) -> Vec<(String, String)> {
+        parse_properties(&self.properties_str())
+    }
+
+    /// One property, without building the map (None if the properties are not UTF-8).
+    pub fn property(&self, name: &str) -> Option<&str> {
+        std::str::from_utf8(self.slice(self.properties))
+            .ok()
+            .and_then(|p| find_property(p, name))
+    }
+
+    pub fn tags(&self) -> Option<&str> {
+        self.property(property::TAGS)
+    }
+
+    /// KEYS split on spaces (empty without keys).
+    pub fn keys(&self) -> Vec<&str> {
+        self.property(property::KEYS)
+            .map(|k| {
+                k.split(property::KEY_SEPARATOR)
+                    .filter(|k| !k.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn msg_id(&self) -> String {
+        message_id(&self.store_host, self.commit_log_offset)
+    }
+
+    pub fn transaction_type(&self) -> i32 {
+        sysflag::transaction_value(self.sys_flag)
+    }
+}
+
+/// The dispatch view of a record's properties: TAGS, KEYS and UNIQ_KEY in one pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DispatchProps<'a> {
+    pub tags: Option<&'a str>,
+    pub keys: Option<&'a str>,
+    pub uniq_key: Option<&'a str>,
+}
+
+impl<'a> DispatchProps<'a> {
+    /// One pass over the raw `name \x01 value \x02` bytes; values that are not UTF-8 are
+    /// ignored.
+    pub fn scan(props: &'a [u8]) -> DispatchProps<'a> {
+        let mut out = DispatchProps::default();
+        for item in props.split(|&b| b == 2) {
+            let Some(sep) = item.iter().position(|&b| b == 1) else {
+                continue;
+            };
+            let (k, v) = (&item[..sep], &item[sep + 1..]);
+            if v.is_empty() {
+                continue;
+            }
+            let slot = match k {
+                b"TAGS" => &mut out.tags,
+                b"KEYS" => &mut out.keys,
+                b"UNIQ_KEY" => &mut out.uniq_key,
+                _ => continue,
+            };
+            *slot = std::str::from_utf8(v).ok();
+        }
+        out
+    }
 }
 
 #[cfg(test)]

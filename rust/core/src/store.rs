@@ -1,86 +1,80 @@
-//! The message store: one folder, locked while open, holding the commitlog (and, in later
-//! layers, consume queues, index files, checkpoint and abort files).
+//! The message store: one folder, locked while open, holding the commitlog, the consume queues
+//! and the index files (later layers add checkpoint and abort files).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::allocate::{AllocateConfig, Allocator, ServiceStep};
-use crate::commitlog::{AppendResult, Batch, CommitLog, RecoveryReport};
+use crate::commitlog::{AppendResult, Batch, CommitLog, DataSignal, RecoveryReport};
 use crate::config::{FlushDiskType, StoreConfig};
+use crate::consume_queue::{ConsumeQueue, CqUnit};
+use crate::consume_queue_store::ConsumeQueueStore;
 use crate::error::{Result, StoreError};
+use crate::index::IndexService;
 use crate::lockfile::StoreLock;
-use crate::message::{parse_properties, DecodedRecord, HostAddr, Message};
-
-/// A message read back from the commitlog, owned (RocketMQ's `MessageExt`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MessageExt {
-    pub topic: String,
-    pub body: Vec<u8>,
-    pub queue_id: i32,
-    pub queue_offset: i64,
-    pub commit_log_offset: i64,
-    pub store_size: i32,
-    pub body_crc: i32,
-    pub flag: i32,
-    pub sys_flag: i32,
-    pub born_timestamp: i64,
-    pub born_host: HostAddr,
-    pub store_timestamp: i64,
-    pub store_host: HostAddr,
-    pub reconsume_times: i32,
-    pub prepared_transaction_offset: i64,
-    pub properties: Vec<(String, String)>,
-}
-
-impl MessageExt {
-    pub fn from_record(d: &DecodedRecord<'_>) -> MessageExt {
-        MessageExt {
-            topic: d.topic_str().into_owned(),
-            body: d.body.to_vec(),
-            queue_id: d.queue_id,
-            queue_offset: d.queue_offset,
-            commit_log_offset: d.physical_offset,
-            store_size: d.total_size,
-            body_crc: d.body_crc,
-            flag: d.flag,
-            sys_flag: d.sys_flag,
-            born_timestamp: d.born_timestamp,
-            born_host: d.born_host,
-            store_timestamp: d.store_timestamp,
-            store_host: d.store_host,
-            reconsume_times: d.reconsume_times,
-            prepared_transaction_offset: d.prepared_transaction_offset,
-            properties: parse_properties(&d.properties_str()),
-        }
-    }
-
-    pub fn property(&self, name: &str) -> Option<&str> {
-        self.properties
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub fn msg_id(&self) -> String {
-        crate::message::message_id(&self.store_host, self.commit_log_offset)
-    }
-}
+use crate::message::{property, Message, MessageExt};
+use crate::read::{GetMessageResult, TagFilter, TimeBoundary};
+use crate::reput::{reput, ReputStep};
 
 struct Open {
     commitlog: CommitLog,
+    cqs: ConsumeQueueStore,
+    index: Option<IndexService>,
+    /// Where dispatch continues; the mutex makes one dispatcher run at a time.
+    reput_from: Mutex<i64>,
+    /// Mirror of `reput_from` for lock-free reads.
+    reput_offset: AtomicI64,
     _lock: StoreLock,
+}
+
+impl Open {
+    fn dispatch(&self, max_bytes: i64) -> Result<ReputStep> {
+        let mut from = self.reput_from.lock().unwrap_or_else(|p| p.into_inner());
+        let step = reput(
+            &self.commitlog,
+            &self.cqs,
+            self.index.as_ref(),
+            &mut from,
+            max_bytes,
+        );
+        self.reput_offset.store(*from, Ordering::Release);
+        step
+    }
+
+    fn behind(&self) -> i64 {
+        (self.commitlog.confirm_offset() - self.reput_offset.load(Ordering::Acquire)).max(0)
+    }
 }
 
 pub struct MessageStore {
     root: PathBuf,
     config: StoreConfig,
     allocator: Arc<Allocator>,
+    signal: Arc<DataSignal>,
+    stopping: AtomicBool,
     /// `None` once closed. Operations hold the read side, close takes the write side, so close
     /// waits for calls in flight and no call runs against a closed store.
     state: RwLock<Option<Open>>,
     recovery: RecoveryReport,
 }
+
+/// Total physical memory (`StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE`), 24 GiB if unknown.
+fn total_physical_memory() -> i64 {
+    // SAFETY: sysinfo fills a plain struct.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    if unsafe { libc::sysinfo(&mut info) } == 0 {
+        let total = (info.totalram as i64).saturating_mul(i64::from(info.mem_unit));
+        if total > 0 {
+            return total;
+        }
+    }
+    24 * 1024 * 1024 * 1024
+}
+
+/// Dispatch chunk used while opening (catch-up before the store is handed out).
+const OPEN_DISPATCH_CHUNK: i64 = 64 * 1024 * 1024;
 
 impl std::fmt::Debug for MessageStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -110,31 +104,81 @@ impl MessageStore {
                 munlock_delay: crate::allocate::MUNLOCK_DELAY,
             },
         ));
+        let signal = Arc::new(DataSignal::default());
         let commitlog = CommitLog::load(
             &commitlog_dir,
             config.mapped_file_size_commit_log,
             allocator.clone(),
             config.store_host,
             config.max_message_size,
+            config.flush_disk_type == FlushDiskType::SyncFlush,
+            signal.clone(),
         )?;
+        let cqs = ConsumeQueueStore::load(
+            &root.join("consumequeue"),
+            config.consume_queue_units_per_file(),
+        )?;
+        let index = if config.message_index_enable {
+            let index = IndexService::load(
+                &root.join("index"),
+                config.max_hash_slot_num,
+                config.max_index_num,
+            )?;
+            // query_message caps results itself (after exact key checks).
+            index.set_max_msgs_num_batch(usize::MAX);
+            Some(index)
+        } else {
+            None
+        };
+        cqs.recover()?;
         let recovery = commitlog.recover(config.check_crc_on_recover)?;
-        lock.mark_open()?;
+        // Consume queues never point past the commitlog's valid end.
+        cqs.truncate_dirty(recovery.process_offset)?;
+        cqs.correct_min_offsets(commitlog.min_offset().max(0));
+        // Dispatch resumes after the last record the queues hold (everything, when the
+        // queues are gone: deleting consumequeue/ rebuilds it).
+        let mut dispatch_from = match cqs.max_physic_offset() {
+            -1 => commitlog.min_offset().max(0),
+            m => m.max(commitlog.min_offset().max(0)),
+        };
+        // Index files never point past the commitlog either: drop those that do and re-index
+        // from where the first of them began (consume queue units are skipped if present).
+        if let Some(index) = &index {
+            if let Some(from) = index.truncate_from(recovery.process_offset)? {
+                dispatch_from = dispatch_from.min(from.max(commitlog.min_offset().max(0)));
+            }
+        }
+        let open = Open {
+            commitlog,
+            cqs,
+            index,
+            reput_from: Mutex::new(dispatch_from),
+            reput_offset: AtomicI64::new(dispatch_from),
+            _lock: lock,
+        };
+        while open.behind() > 0 {
+            let step = open.dispatch(OPEN_DISPATCH_CHUNK)?;
+            if step.bytes == 0 {
+                break;
+            }
+        }
+        open._lock.mark_open()?;
         log::info!(
             target: "rmqstore.store",
-            "opened {}: {} messages, commitlog [{}, {})",
+            "opened {}: {} messages, commitlog [{}, {}), {} consume queues",
             root.display(),
             recovery.messages,
-            commitlog.min_offset().max(0),
-            commitlog.max_offset()
+            open.commitlog.min_offset().max(0),
+            open.commitlog.max_offset(),
+            open.cqs.all().len()
         );
         Ok(MessageStore {
             root: root.to_path_buf(),
             config,
             allocator,
-            state: RwLock::new(Some(Open {
-                commitlog,
-                _lock: lock,
-            })),
+            signal,
+            stopping: AtomicBool::new(false),
+            state: RwLock::new(Some(open)),
             recovery,
         })
     }
@@ -229,7 +273,231 @@ impl MessageStore {
 
     /// Stops the background services' Rust side so their threads can be joined.
     pub fn stop_services(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.signal.wake();
         self.allocator.shutdown();
+    }
+
+    // -- dispatch ---------------------------------------------------------------------------
+
+    /// One round of the dispatch service: dispatches up to `max_bytes` of confirmed records, or
+    /// when there is nothing to do, parks up to `timeout` for new ones first.
+    pub fn dispatch_step(&self, max_bytes: i64, timeout: Duration) -> Result<ReputStep> {
+        self.with_open(|o| {
+            if o.behind() == 0 && !self.stopping.load(Ordering::SeqCst) {
+                self.signal.wait(timeout, || {
+                    o.behind() > 0 || self.stopping.load(Ordering::SeqCst)
+                });
+            }
+            o.dispatch(max_bytes)
+        })?
+    }
+
+    /// Confirmed commitlog bytes not dispatched yet (`dispatchBehindBytes`). At 0, every
+    /// message put so far is visible to reads.
+    pub fn dispatch_behind_bytes(&self) -> Result<i64> {
+        self.with_open(|o| o.behind())
+    }
+
+    /// `getConfirmOffset`.
+    pub fn confirm_offset(&self) -> Result<i64> {
+        self.with_open(|o| o.commitlog.confirm_offset())
+    }
+
+    // -- reads ------------------------------------------------------------------------------
+
+    /// `getMessage` (STORE_SPEC §8.1) with RocketMQ's statuses and next offsets. Tags are
+    /// matched by code in the consume queue and then by the real tag string, so a hash collision
+    /// never returns a message of another tag.
+    pub fn get_message(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_msg_nums: i32,
+        filter: &TagFilter,
+    ) -> Result<GetMessageResult> {
+        self.with_open(|o| {
+            crate::read::get_message(
+                &o.commitlog,
+                o.cqs.find(topic, queue_id).as_deref(),
+                offset,
+                max_msg_nums,
+                filter,
+                &crate::read::PullLimits::from_config(&self.config, total_physical_memory()),
+            )
+        })
+    }
+
+    fn with_queue<T>(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        absent: T,
+        f: impl FnOnce(&Open, &ConsumeQueue) -> T,
+    ) -> Result<T> {
+        self.with_open(|o| match o.cqs.find(topic, queue_id) {
+            Some(cq) => f(o, &cq),
+            None => absent,
+        })
+    }
+
+    /// `getMaxOffsetInQueue`: the next queue offset to be dispatched (0 for an unknown queue).
+    pub fn max_offset_in_queue(&self, topic: &str, queue_id: i32) -> Result<i64> {
+        self.with_queue(topic, queue_id, 0, |_, cq| cq.max_offset())
+    }
+
+    /// `getMinOffsetInQueue` (0 for an unknown queue).
+    pub fn min_offset_in_queue(&self, topic: &str, queue_id: i32) -> Result<i64> {
+        self.with_queue(topic, queue_id, 0, |_, cq| cq.min_offset())
+    }
+
+    /// `getMessageTotalInQueue`.
+    pub fn message_total_in_queue(&self, topic: &str, queue_id: i32) -> Result<i64> {
+        self.with_queue(topic, queue_id, 0, |_, cq| {
+            cq.max_offset() - cq.min_offset()
+        })
+    }
+
+    /// The consume queue unit at `queue_offset`, if present.
+    pub fn queue_unit(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: i64,
+    ) -> Result<Option<CqUnit>> {
+        self.with_queue(topic, queue_id, None, |_, cq| cq.get(queue_offset))
+    }
+
+    /// `getCommitLogOffsetInQueue`: the unit's commitlog offset, 0 when absent.
+    pub fn commit_log_offset_in_queue(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: i64,
+    ) -> Result<i64> {
+        Ok(self
+            .queue_unit(topic, queue_id, queue_offset)?
+            .map_or(0, |u| u.phy_offset))
+    }
+
+    /// `getMessageStoreTimeStamp`: store timestamp of the message at a queue offset, -1 if none.
+    pub fn message_store_timestamp(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: i64,
+    ) -> Result<i64> {
+        self.with_queue(topic, queue_id, -1, |o, cq| match cq.get(queue_offset) {
+            Some(u) if !u.is_pre_blank() => o.commitlog.store_timestamp_at(u.phy_offset, u.size),
+            _ => -1,
+        })
+    }
+
+    /// `getEarliestMessageTime(topic, queue)`: store timestamp at the queue's minimum, -1 if none.
+    pub fn earliest_message_time(&self, topic: &str, queue_id: i32) -> Result<i64> {
+        let min = self.min_offset_in_queue(topic, queue_id)?;
+        self.message_store_timestamp(topic, queue_id, min)
+    }
+
+    /// `getOffsetInQueueByTime` with a LOWER or UPPER boundary (STORE_SPEC §8.2).
+    pub fn offset_in_queue_by_time(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        timestamp: i64,
+        boundary: TimeBoundary,
+    ) -> Result<i64> {
+        self.with_queue(topic, queue_id, 0, |o, cq| {
+            crate::read::offset_by_time(&o.commitlog, cq, timestamp, boundary)
+        })
+    }
+
+    /// Bulk read of a queue as Arrow column buffers (see [`crate::read::read_batch`]).
+    pub fn read_batch(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_msgs: usize,
+        include_properties: bool,
+    ) -> Result<crate::read::BatchColumns> {
+        self.with_open(|o| match o.cqs.find(topic, queue_id) {
+            Some(cq) => {
+                crate::read::read_batch(&o.commitlog, &cq, offset, max_msgs, include_properties)
+            }
+            None => crate::read::BatchColumns {
+                next_offset: offset.max(0),
+                ..crate::read::BatchColumns::empty()
+            },
+        })
+    }
+
+    /// Topics that have a consume queue.
+    pub fn topics(&self) -> Result<Vec<String>> {
+        self.with_open(|o| o.cqs.topics())
+    }
+
+    /// Queue ids of a topic, ascending.
+    pub fn queue_ids(&self, topic: &str) -> Result<Vec<i32>> {
+        self.with_open(|o| o.cqs.queue_ids(topic))
+    }
+
+    /// `queryMessage`: messages whose KEYS entry or UNIQ_KEY equals `key` exactly, stored within
+    /// `[begin, end]`, newest first, at most `max_num`.
+    pub fn query_message(
+        &self,
+        topic: &str,
+        key: &str,
+        max_num: usize,
+        begin: i64,
+        end: i64,
+    ) -> Result<Vec<MessageExt>> {
+        self.with_open(|o| {
+            let Some(index) = o.index.as_ref() else {
+                return Ok(Vec::new());
+            };
+            let mut found: Vec<MessageExt> = Vec::new();
+            // At most maxMsgsNumBatch results, as RocketMQ. Index answers are hash matches with
+            // times rounded to seconds: read each candidate (newest first) and keep exact key
+            // and time matches. Candidates are fetched in growing rounds until enough matches
+            // are found or the index has no more, so hash collisions never crowd out a match.
+            let max_num = max_num.min(self.config.max_msgs_num_batch.max(1) as usize);
+            let mut seen = std::collections::HashSet::new();
+            let mut want = max_num.saturating_mul(4).max(16);
+            let mut checked = 0;
+            loop {
+                let q = index.query_offset(topic, key, want, begin.saturating_sub(1000), i64::MAX);
+                for &off in q.phy_offsets.iter().skip(checked) {
+                    if found.len() >= max_num {
+                        break;
+                    }
+                    if !seen.insert(off) {
+                        continue;
+                    }
+                    let Ok(Some(m)) = o.commitlog.with_record(off, MessageExt::from_record) else {
+                        continue;
+                    };
+                    let matches = m.topic() == topic
+                        && (m.keys().contains(&key) || m.property(property::UNIQ_KEY) == Some(key))
+                        && (begin..=end).contains(&m.store_timestamp);
+                    if matches {
+                        found.push(m);
+                    }
+                }
+                if found.len() >= max_num || q.phy_offsets.len() < want {
+                    break;
+                }
+                checked = q.phy_offsets.len();
+                want = want.saturating_mul(4);
+            }
+            found.sort_by(|a, b| {
+                b.store_timestamp
+                    .cmp(&a.store_timestamp)
+                    .then(b.commit_log_offset.cmp(&a.commit_log_offset))
+            });
+            Ok(found)
+        })?
     }
 
     /// Clean shutdown: waits for calls in flight, stops allocation (deleting unused
@@ -239,14 +507,33 @@ impl MessageStore {
         let Some(open) = guard.take() else {
             return Ok(());
         };
+        self.stopping.store(true, Ordering::SeqCst);
+        self.signal.wake();
         self.allocator.shutdown();
         self.allocator.wait_idle(Duration::from_secs(10));
         let flushed = open.commitlog.flush_all();
+        // Dispatch what was confirmed by that flush, so a clean close leaves nothing behind.
+        let mut dispatched = Ok(());
+        while open.behind() > 0 {
+            match open.dispatch(OPEN_DISPATCH_CHUNK) {
+                Ok(step) if step.bytes > 0 => {}
+                Ok(_) => break,
+                Err(e) => {
+                    dispatched = Err(e);
+                    break;
+                }
+            }
+        }
+        let cq_flushed = open.cqs.flush(0);
+        let index_flushed = open.index.as_ref().map_or(Ok(()), |i| i.flush());
         for f in open.commitlog.queue().files() {
             f.munlock();
         }
         drop(open);
-        flushed.map(|_| ())
+        flushed.map(|_| ())?;
+        dispatched?;
+        cq_flushed.map(|_| ())?;
+        index_flushed
     }
 }
 

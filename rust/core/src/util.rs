@@ -8,7 +8,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// RocketMQ uses it for tag codes, index keys and lock striping, so the UTF-16 view matters for
 /// any character outside the BMP (a surrogate pair contributes two code units).
 pub fn java_hash(s: &str) -> i32 {
-    let mut h: i32 = 0;
+    java_hash_extend(0, s)
+}
+
+/// Continues a Java `String.hashCode` over more characters: `java_hash_extend(java_hash(a), b)
+/// == java_hash(a + b)`, without building the concatenation.
+pub fn java_hash_extend(start: i32, s: &str) -> i32 {
+    let mut h: i32 = start;
     if s.is_ascii() {
         for &b in s.as_bytes() {
             h = h.wrapping_mul(31).wrapping_add(i32::from(b));
@@ -72,6 +78,8 @@ mod tests {
         assert_eq!(java_hash("FooBar#Hello"), -101_609_924);
         assert_eq!(java_hash("polygenelubricants"), i32::MIN);
         assert_eq!(java_hash(""), 0);
+        let ext = java_hash_extend(java_hash_extend(java_hash("FooBar"), "#"), "Hello");
+        assert_eq!(ext, java_hash("FooBar#Hello"));
     }
 
     #[test]

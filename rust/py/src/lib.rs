@@ -1,6 +1,7 @@
 //! `rmqstore._rmqstore`: the PyO3 binding of `rmqstore-core`. Thin by design: argument
 //! extraction, GIL release around every file operation, result conversion and error mapping.
 
+mod buffer;
 mod errors;
 mod message;
 mod store;
@@ -8,7 +9,9 @@ mod store;
 #[pyo3::pymodule]
 mod _rmqstore {
     #[pymodule_export]
-    use crate::message::{Message, MessageExt, PutMessageResult};
+    use crate::buffer::ColumnBuffer;
+    #[pymodule_export]
+    use crate::message::{GetMessageResult, Message, MessageExt, PutMessageResult};
     #[pymodule_export]
     use crate::store::Store;
 

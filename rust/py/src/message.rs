@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
 use rmqstore_core::message::{self as codec, property, HostAddr, PutMessageStatus};
+use rmqstore_core::read::{GetMessageResult as CoreGetMessageResult, GetMessageStatus};
 use rmqstore_core::util::now_millis;
 use rmqstore_core::{AppendResult, MessageExt as CoreMessageExt};
 
@@ -115,13 +116,6 @@ fn props_dict<'py>(py: Python<'py>, props: &[(String, String)]) -> PyResult<Boun
     Ok(d)
 }
 
-fn find<'a>(props: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    props
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-}
-
 fn py_repr_opt(v: Option<&str>) -> String {
     v.map_or_else(|| "None".to_owned(), |s| format!("{s:?}"))
 }
@@ -226,7 +220,7 @@ impl Message {
     }
 }
 
-/// A stored message read back from the commitlog.
+/// A stored message read back from the commitlog (fields decoded on access).
 #[pyclass(frozen, module = "rmqstore._rmqstore")]
 pub struct MessageExt {
     pub inner: CoreMessageExt,
@@ -235,12 +229,12 @@ pub struct MessageExt {
 #[pymethods]
 impl MessageExt {
     #[getter]
-    fn topic(&self) -> &str {
-        &self.inner.topic
+    fn topic(&self) -> String {
+        self.inner.topic().into_owned()
     }
     #[getter]
     fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.inner.body)
+        PyBytes::new(py, self.inner.body())
     }
     #[getter]
     fn queue_id(&self) -> i32 {
@@ -296,15 +290,15 @@ impl MessageExt {
     }
     #[getter]
     fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        props_dict(py, &self.inner.properties)
+        props_dict(py, &self.inner.properties())
     }
     #[getter]
     fn tags(&self) -> Option<&str> {
-        find(&self.inner.properties, property::TAGS)
+        self.inner.tags()
     }
     #[getter]
     fn keys(&self) -> Vec<&str> {
-        split_keys(find(&self.inner.properties, property::KEYS))
+        self.inner.keys()
     }
     #[getter]
     fn msg_id(&self) -> String {
@@ -314,12 +308,97 @@ impl MessageExt {
     fn __repr__(&self) -> String {
         format!(
             "MessageExt(topic={:?}, queue_id={}, queue_offset={}, commit_log_offset={}, body=<{} bytes>, tags={})",
-            self.inner.topic,
+            self.inner.topic(),
             self.inner.queue_id,
             self.inner.queue_offset,
             self.inner.commit_log_offset,
-            self.inner.body.len(),
-            py_repr_opt(find(&self.inner.properties, property::TAGS)),
+            self.inner.body().len(),
+            py_repr_opt(self.inner.tags()),
+        )
+    }
+}
+
+static GET_STATUS_MEMBERS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+
+/// The `rmqstore.GetMessageStatus` member for a core status.
+pub fn get_status_member(py: Python<'_>, status: GetMessageStatus) -> PyResult<Bound<'_, PyAny>> {
+    let members = GET_STATUS_MEMBERS.get_or_try_init(py, || -> PyResult<Vec<Py<PyAny>>> {
+        let cls = py.import("rmqstore.enums")?.getattr("GetMessageStatus")?;
+        GetMessageStatus::ALL
+            .iter()
+            .map(|s| cls.getattr(s.name()).map(Bound::unbind))
+            .collect()
+    })?;
+    Ok(members[status as usize].bind(py).clone())
+}
+
+/// What `get_message` answered.
+#[pyclass(frozen, module = "rmqstore._rmqstore")]
+pub struct GetMessageResult {
+    pub status: GetMessageStatus,
+    pub next_begin_offset: i64,
+    pub min_offset: i64,
+    pub max_offset: i64,
+    pub buffer_total_size: i64,
+    pub messages: Py<PyList>,
+}
+
+impl GetMessageResult {
+    pub fn new(py: Python<'_>, r: CoreGetMessageResult) -> PyResult<Self> {
+        let list = PyList::empty(py);
+        for m in r.messages {
+            list.append(Py::new(py, MessageExt { inner: m })?)?;
+        }
+        Ok(GetMessageResult {
+            status: r.status,
+            next_begin_offset: r.next_begin_offset,
+            min_offset: r.min_offset,
+            max_offset: r.max_offset,
+            buffer_total_size: r.buffer_total_size,
+            messages: list.unbind(),
+        })
+    }
+}
+
+#[pymethods]
+impl GetMessageResult {
+    #[getter]
+    fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        get_status_member(py, self.status)
+    }
+    #[getter]
+    fn next_begin_offset(&self) -> i64 {
+        self.next_begin_offset
+    }
+    #[getter]
+    fn min_offset(&self) -> i64 {
+        self.min_offset
+    }
+    #[getter]
+    fn max_offset(&self) -> i64 {
+        self.max_offset
+    }
+    #[getter]
+    fn buffer_total_size(&self) -> i64 {
+        self.buffer_total_size
+    }
+    #[getter]
+    fn messages<'py>(&self, py: Python<'py>) -> Bound<'py, PyList> {
+        self.messages.bind(py).clone()
+    }
+    #[getter]
+    fn message_count(&self, py: Python<'_>) -> usize {
+        self.messages.bind(py).len()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "GetMessageResult(status={}, next_begin_offset={}, min_offset={}, max_offset={}, messages=<{}>)",
+            self.status.name(),
+            self.next_begin_offset,
+            self.min_offset,
+            self.max_offset,
+            self.messages.bind(py).len()
         )
     }
 }

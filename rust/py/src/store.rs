@@ -11,11 +11,15 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use rmqstore_core::commitlog::Batch;
 use rmqstore_core::message::HostAddr;
+use rmqstore_core::read::{TagFilter, TimeBoundary};
 use rmqstore_core::util::now_millis;
 use rmqstore_core::{FlushDiskType, MessageStore, StoreConfig};
 
+use crate::buffer::{ColumnBuffer, ColumnData};
 use crate::errors::{invalid_argument, IntoPyResult};
-use crate::message::{build_properties, keys_value, Message, MessageExt, PutMessageResult};
+use crate::message::{
+    build_properties, keys_value, GetMessageResult, Message, MessageExt, PutMessageResult,
+};
 
 fn config_from_dict(cfg: &Bound<'_, PyDict>) -> PyResult<StoreConfig> {
     let mut c = StoreConfig::default();
@@ -39,6 +43,26 @@ fn config_from_dict(cfg: &Bound<'_, PyDict>) -> PyResult<StoreConfig> {
     if let Some(v) = cfg.get_item("check_crc_on_recover")? {
         c.check_crc_on_recover = v.extract()?;
     }
+    macro_rules! take {
+        ($($name:ident),*) => {$(
+            if let Some(v) = cfg.get_item(stringify!($name))? {
+                c.$name = v.extract()?;
+            }
+        )*};
+    }
+    take!(
+        mapped_file_size_consume_queue,
+        message_index_enable,
+        max_hash_slot_num,
+        max_index_num,
+        max_msgs_num_batch,
+        max_transfer_count_on_message_in_memory,
+        max_transfer_bytes_on_message_in_memory,
+        max_transfer_count_on_message_in_disk,
+        max_transfer_bytes_on_message_in_disk,
+        access_message_in_memory_max_ratio,
+        max_filter_message_size
+    );
     if let Some(v) = cfg.get_item("flush_disk_type")? {
         let s: String = v.extract()?;
         c.flush_disk_type = FlushDiskType::parse(&s).ok_or_else(|| {
@@ -185,6 +209,201 @@ impl Store {
             .detach(|| store.look_message_by_offset(offset))
             .into_py_result()?;
         Ok(m.map(|inner| MessageExt { inner }))
+    }
+
+    // -- dispatch ---------------------------------------------------------------------------
+
+    /// One round of the dispatch service: (messages dispatched, bytes, reput offset, behind).
+    fn dispatch_step(
+        &self,
+        py: Python<'_>,
+        max_bytes: i64,
+        timeout_ms: u64,
+    ) -> PyResult<(u64, i64, i64, i64)> {
+        let store = &self.inner;
+        let s = py
+            .detach(|| store.dispatch_step(max_bytes, Duration::from_millis(timeout_ms)))
+            .into_py_result()?;
+        Ok((s.dispatched, s.bytes, s.reput_offset, s.behind))
+    }
+
+    fn dispatch_behind_bytes(&self, py: Python<'_>) -> PyResult<i64> {
+        let store = &self.inner;
+        py.detach(|| store.dispatch_behind_bytes()).into_py_result()
+    }
+
+    fn get_confirm_offset(&self, py: Python<'_>) -> PyResult<i64> {
+        let store = &self.inner;
+        py.detach(|| store.confirm_offset()).into_py_result()
+    }
+
+    // -- reads ------------------------------------------------------------------------------
+
+    #[pyo3(signature = (group, topic, queue_id, offset, max_msg_nums=32, subscription="*"))]
+    #[allow(clippy::too_many_arguments)]
+    fn get_message(
+        &self,
+        py: Python<'_>,
+        group: &str,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_msg_nums: i32,
+        subscription: Option<&str>,
+    ) -> PyResult<GetMessageResult> {
+        let _ = group; // RocketMQ uses the group for statistics only.
+        let filter = TagFilter::parse(subscription.unwrap_or("*"));
+        let store = &self.inner;
+        let r = py
+            .detach(|| store.get_message(topic, queue_id, offset, max_msg_nums, &filter))
+            .into_py_result()?;
+        GetMessageResult::new(py, r)
+    }
+
+    #[pyo3(signature = (topic, key, max_num=32, begin_timestamp=0, end_timestamp=None))]
+    fn query_message(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        key: &str,
+        max_num: usize,
+        begin_timestamp: i64,
+        end_timestamp: Option<i64>,
+    ) -> PyResult<Vec<MessageExt>> {
+        let store = &self.inner;
+        let end = end_timestamp.unwrap_or(i64::MAX);
+        let found = py
+            .detach(|| store.query_message(topic, key, max_num, begin_timestamp, end))
+            .into_py_result()?;
+        Ok(found
+            .into_iter()
+            .map(|inner| MessageExt { inner })
+            .collect())
+    }
+
+    fn get_max_offset_in_queue(&self, py: Python<'_>, topic: &str, queue_id: i32) -> PyResult<i64> {
+        let store = &self.inner;
+        py.detach(|| store.max_offset_in_queue(topic, queue_id))
+            .into_py_result()
+    }
+
+    fn get_min_offset_in_queue(&self, py: Python<'_>, topic: &str, queue_id: i32) -> PyResult<i64> {
+        let store = &self.inner;
+        py.detach(|| store.min_offset_in_queue(topic, queue_id))
+            .into_py_result()
+    }
+
+    fn get_message_total_in_queue(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+    ) -> PyResult<i64> {
+        let store = &self.inner;
+        py.detach(|| store.message_total_in_queue(topic, queue_id))
+            .into_py_result()
+    }
+
+    fn get_commit_log_offset_in_queue(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+        consume_queue_offset: i64,
+    ) -> PyResult<i64> {
+        let store = &self.inner;
+        py.detach(|| store.commit_log_offset_in_queue(topic, queue_id, consume_queue_offset))
+            .into_py_result()
+    }
+
+    fn get_message_store_timestamp(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+        consume_queue_offset: i64,
+    ) -> PyResult<i64> {
+        let store = &self.inner;
+        py.detach(|| store.message_store_timestamp(topic, queue_id, consume_queue_offset))
+            .into_py_result()
+    }
+
+    fn get_earliest_message_time(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+    ) -> PyResult<i64> {
+        let store = &self.inner;
+        py.detach(|| store.earliest_message_time(topic, queue_id))
+            .into_py_result()
+    }
+
+    #[pyo3(signature = (topic, queue_id, timestamp, boundary="lower"))]
+    fn get_offset_in_queue_by_time(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        queue_id: i32,
+        timestamp: i64,
+        boundary: &str,
+    ) -> PyResult<i64> {
+        let boundary = match boundary.to_ascii_lowercase().as_str() {
+            "lower" => TimeBoundary::Lower,
+            "upper" => TimeBoundary::Upper,
+            _ => {
+                return Err(invalid_argument(format!(
+                    "boundary must be \"lower\" or \"upper\", got {boundary:?}"
+                )))
+            }
+        };
+        let store = &self.inner;
+        py.detach(|| store.offset_in_queue_by_time(topic, queue_id, timestamp, boundary))
+            .into_py_result()
+    }
+
+    /// Bulk read of a queue as Arrow column buffers: `(rows, next_offset, {name: bytes})`;
+    /// `rmqstore._arrow` assembles the pyarrow RecordBatch.
+    #[pyo3(signature = (topic, queue_id, offset, max_msgs, include_properties=true))]
+    fn read_batch_buffers<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_msgs: usize,
+        include_properties: bool,
+    ) -> PyResult<(usize, i64, Bound<'py, PyDict>)> {
+        let store = &self.inner;
+        let cols = py
+            .detach(|| store.read_batch(topic, queue_id, offset, max_msgs, include_properties))
+            .into_py_result()?;
+        let (rows, next) = (cols.rows, cols.next_offset);
+        let d = PyDict::new(py);
+        macro_rules! put {
+            ($kind:ident: $($name:ident),*) => {$(
+                d.set_item(
+                    stringify!($name),
+                    Py::new(py, ColumnBuffer::new(ColumnData::$kind(cols.$name)))?,
+                )?;
+            )*};
+        }
+        put!(I32: topic_offsets, queue_id, tags_offsets, keys_list_offsets, keys_offsets);
+        put!(I32: props_map_offsets, props_key_offsets, props_value_offsets, body_offsets);
+        put!(I64: queue_offset, commit_log_offset, store_timestamp, born_timestamp);
+        put!(U8: topic_data, tags_valid, tags_data, keys_data, props_key_data, props_value_data);
+        put!(U8: body_data);
+        Ok((rows, next, d))
+    }
+
+    fn topics(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let store = &self.inner;
+        py.detach(|| store.topics()).into_py_result()
+    }
+
+    fn queue_ids(&self, py: Python<'_>, topic: &str) -> PyResult<Vec<i32>> {
+        let store = &self.inner;
+        py.detach(|| store.queue_ids(topic)).into_py_result()
     }
 
     fn get_max_phy_offset(&self, py: Python<'_>) -> PyResult<i64> {

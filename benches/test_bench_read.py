@@ -1,0 +1,149 @@
+"""Issue 3 figures: dispatch vs append, get_message, read_batch, query_message latency."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import pytest
+import rmqstore
+
+MiB = 1024 * 1024
+
+
+def _drain_dispatch(store: rmqstore.MessageStore) -> int:
+    """Runs dispatch by hand (the service is paused) until nothing is behind."""
+    dispatched = 0
+    while True:
+        n, _bytes, _offset, behind = store._core.dispatch_step(64 * MiB, 0)
+        dispatched += n
+        if behind == 0:
+            return dispatched
+
+
+def test_dispatch_vs_append(benchmark, open_store, scaled) -> None:
+    """1 KiB messages with 2 keys each: dispatch (consume queue + 2 index keys per message) vs
+    the batch append of the same messages, measured in the same run."""
+    size = 1024
+    batch = 1024
+    batches = scaled(100, 20)
+    store = open_store(
+        mapped_file_size_commit_log=scaled(1024, 256) * MiB, warm_mapped_file_enable=True
+    )
+    store._pause_service("ReputMessageService")
+    bodies = [os.urandom(size) for _ in range(batch)]
+    assert store.put_message(rmqstore.Message("BenchTopic", b"x")).ok
+    _drain_dispatch(store)
+    while not store._core.preallocated_offsets():  # the next segment is warmed: no contention
+        time.sleep(0.01)
+    append_times: list[float] = []
+    dispatch_times: list[float] = []
+
+    def round_trip() -> None:
+        t0 = time.perf_counter()
+        for i in range(batches):
+            r = store.put_messages("BenchTopic", i & 7, bodies, keys=[f"order-{i}", f"user-{i}"])
+            assert r.ok
+        t1 = time.perf_counter()
+        assert _drain_dispatch(store) == batches * batch
+        t2 = time.perf_counter()
+        append_times.append(t1 - t0)
+        dispatch_times.append(t2 - t1)
+
+    benchmark.pedantic(round_trip, rounds=scaled(5, 2), iterations=1)
+    append_times.sort()
+    dispatch_times.sort()
+    n = batches * batch
+    benchmark.extra_info.update(
+        metric="dispatch_vs_append",
+        messages=n,
+        append_rate=n / append_times[len(append_times) // 2],
+        dispatch_rate=n / dispatch_times[len(dispatch_times) // 2],
+    )
+
+
+@pytest.fixture
+def filled_queue(open_store, scaled):
+    """One queue of 128-byte messages with tags and two keys each, fully dispatched."""
+    n = scaled(1_000_000, 200_000)
+    store = open_store(mapped_file_size_commit_log=scaled(1024, 256) * MiB)
+    body = os.urandom(128)
+    per_batch = 1000
+    for _ in range(0, n, per_batch):
+        r = store.put_messages("ReadTopic", 0, [body] * per_batch, tags="TagA", keys=["a", "b"])
+        assert r.ok
+    assert store.wait_dispatched(120)
+    assert store.get_max_offset_in_queue("ReadTopic", 0) == n
+    return store, n
+
+
+def test_get_message_rate(benchmark, filled_queue) -> None:
+    """``get_message`` in batches of 32 from one Python thread, walking the whole queue."""
+    store, n = filled_queue
+    get = store.get_message
+
+    def walk() -> int:
+        offset = 0
+        got = 0
+        while offset < n:
+            r = get("bench", "ReadTopic", 0, offset, 32)
+            got += len(r.messages)
+            offset = r.next_begin_offset
+        assert got == n
+        return got
+
+    benchmark.extra_info.update(metric="get_message_32", messages=n, bytes=n * 128)
+    benchmark.pedantic(walk, rounds=3, iterations=1)
+
+
+def test_read_batch_rate(benchmark, filled_queue) -> None:
+    """``read_batch`` to pyarrow, 65,536 rows per call, walking the whole queue."""
+    store, n = filled_queue
+
+    def walk() -> int:
+        offset = 0
+        got = 0
+        while offset < n:
+            b = store.read_batch("ReadTopic", 0, offset, 65536)
+            got += b.num_rows
+            offset += b.num_rows
+        assert got == n
+        return got
+
+    benchmark.extra_info.update(metric="read_batch", messages=n, bytes=n * 128)
+    benchmark.pedantic(walk, rounds=3, iterations=1)
+
+
+def test_query_message_latency(benchmark, open_store, scaled) -> None:
+    """``query_message`` by key over a store of 1,000,000 (quick: 200,000) indexed messages,
+    each with its own key; the report gives the p50 of single lookups."""
+    n = scaled(1_000_000, 200_000)
+    store = open_store(mapped_file_size_commit_log=scaled(1024, 256) * MiB)
+    body = os.urandom(128)
+    put = store.put_message
+    msg = rmqstore.Message
+    for i in range(n):
+        put(msg("KeyTopic", body, keys=[f"key-{i}"], queue_id=i & 7))
+    assert store.wait_dispatched(120)
+    rng = random.Random(7)
+    keys = [f"key-{rng.randrange(n)}" for _ in range(2000)]
+    latencies: list[float] = []
+    query = store.query_message
+
+    def lookups() -> None:
+        for k in keys:
+            t0 = time.perf_counter()
+            found = query("KeyTopic", k, 1)
+            latencies.append(time.perf_counter() - t0)
+            assert len(found) == 1
+            assert found[0].keys == [k]
+
+    benchmark.pedantic(lookups, rounds=3, iterations=1)
+    latencies.sort()
+    benchmark.extra_info.update(
+        metric="query_message",
+        messages=n,
+        p50_s=latencies[len(latencies) // 2],
+        p99_s=latencies[int(len(latencies) * 0.99)],
+    )

@@ -1,0 +1,61 @@
+//! Bulk-read rate of the core (`read_batch` column building) over one queue of 128-byte
+//! messages. `cargo run --release -p rmqstore-core --example read_bench [messages]`.
+
+use std::time::{Duration, Instant};
+
+use rmqstore_core::commitlog::Batch;
+use rmqstore_core::{MessageStore, StoreConfig};
+
+fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(400_000);
+    let dir = std::env::temp_dir().join(format!("rmqstore-read-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cfg = StoreConfig {
+        mapped_file_size_commit_log: 256 << 20,
+        ..StoreConfig::default()
+    };
+    let store = MessageStore::open(&dir, cfg).expect("open");
+    let body = [7u8; 128];
+    let bodies: Vec<&[u8]> = vec![&body; 1000];
+    let props = vec![
+        ("TAGS".to_string(), "TagA".to_string()),
+        ("KEYS".to_string(), "a b".to_string()),
+    ];
+    for _ in 0..n / 1000 {
+        let batch = Batch {
+            topic: "ReadTopic",
+            queue_id: 0,
+            bodies: &bodies,
+            properties: &props,
+            flag: 0,
+            born_timestamp: 0,
+            born_host: None,
+        };
+        assert!(store.put_messages(&batch).expect("put").is_ok());
+    }
+    while store
+        .dispatch_step(64 << 20, Duration::ZERO)
+        .expect("dispatch")
+        .behind
+        > 0
+    {}
+    for _ in 0..5 {
+        let t = Instant::now();
+        let mut offset = 0i64;
+        while offset < n as i64 {
+            let cols = store
+                .read_batch("ReadTopic", 0, offset, 65536, true)
+                .expect("read");
+            offset = cols.next_offset;
+        }
+        println!(
+            "read_batch columns: {:.2} M msg/s",
+            n as f64 / t.elapsed().as_secs_f64() / 1e6
+        );
+    }
+    store.close().expect("close");
+    let _ = std::fs::remove_dir_all(&dir);
+}

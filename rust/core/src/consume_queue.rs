@@ -1,0 +1,474 @@
+//! Consume queues: per topic/queue logical indexes into the commitlog (RocketMQ's
+//! `ConsumeQueue`, STORE_SPEC §3), in `consumequeue/<topic>/<queueId>/<20-digit>` segments of
+//! 20-byte units: commitlog offset (i64), record size (i32), tags code (i64), big-endian.
+//!
+//! Written only by dispatch (one writer); read by any thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Result, StoreError};
+use crate::mapped_file::MappedFile;
+use crate::mapped_file_queue::MappedFileQueue;
+use crate::message::{be_i32, be_i64};
+
+/// `CQ_STORE_UNIT_SIZE`.
+pub const CQ_STORE_UNIT_SIZE: i64 = 20;
+
+/// One consume queue entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqUnit {
+    /// Queue offset (index of the unit).
+    pub queue_offset: i64,
+    pub phy_offset: i64,
+    pub size: i32,
+    pub tags_code: i64,
+}
+
+impl CqUnit {
+    fn decode(queue_offset: i64, b: &[u8]) -> CqUnit {
+        CqUnit {
+            queue_offset,
+            phy_offset: be_i64(b, 0),
+            size: be_i32(b, 8),
+            tags_code: be_i64(b, 12),
+        }
+    }
+
+    /// A pre-blank unit `(0, i32::MAX, 0)`, padding a queue that starts above offset 0.
+    pub fn is_pre_blank(&self) -> bool {
+        self.phy_offset == 0 && self.size == i32::MAX && self.tags_code == 0
+    }
+}
+
+fn encode_unit(dst: &mut [u8], phy_offset: i64, size: i32, tags_code: i64) {
+    dst[0..8].copy_from_slice(&phy_offset.to_be_bytes());
+    dst[8..12].copy_from_slice(&size.to_be_bytes());
+    dst[12..20].copy_from_slice(&tags_code.to_be_bytes());
+}
+
+pub struct ConsumeQueue {
+    topic: String,
+    queue_id: i32,
+    queue: MappedFileQueue,
+    /// End (`offset + size`) of the last commitlog record indexed; -1 when empty.
+    max_physic_offset: AtomicI64,
+    /// First valid logical byte (`minLogicOffset`).
+    min_logic_offset: AtomicI64,
+}
+
+impl std::fmt::Debug for ConsumeQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumeQueue")
+            .field("topic", &self.topic)
+            .field("queue_id", &self.queue_id)
+            .finish()
+    }
+}
+
+impl ConsumeQueue {
+    /// Loads (or starts) the queue in `dir` with segments of `file_size` bytes (a multiple of
+    /// 20). Positions are those of the files; call [`ConsumeQueue::recover`] before use.
+    pub fn load(topic: &str, queue_id: i32, dir: &Path, file_size: i64) -> Result<ConsumeQueue> {
+        Ok(ConsumeQueue {
+            topic: topic.to_owned(),
+            queue_id,
+            queue: MappedFileQueue::load(dir, file_size)?,
+            max_physic_offset: AtomicI64::new(-1),
+            min_logic_offset: AtomicI64::new(0),
+        })
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub fn queue_id(&self) -> i32 {
+        self.queue_id
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.queue.dir()
+    }
+
+    fn units_per_file(&self) -> i64 {
+        self.queue.file_size() / CQ_STORE_UNIT_SIZE
+    }
+
+    /// `getMaxOffsetInQueue`: the next queue offset to be written.
+    pub fn max_offset(&self) -> i64 {
+        self.queue.max_offset() / CQ_STORE_UNIT_SIZE
+    }
+
+    /// `getMinOffsetInQueue`.
+    pub fn min_offset(&self) -> i64 {
+        self.min_logic_offset.load(Ordering::Acquire) / CQ_STORE_UNIT_SIZE
+    }
+
+    /// End of the last commitlog record indexed, -1 when empty.
+    pub fn max_physic_offset(&self) -> i64 {
+        self.max_physic_offset.load(Ordering::Acquire)
+    }
+
+    /// `rollNextFile`: the first queue offset of the segment after the one holding `index`.
+    pub fn roll_next_file(&self, index: i64) -> i64 {
+        let per = self.units_per_file();
+        index + per - index.rem_euclid(per)
+    }
+
+    fn file_for_append(&self, expect_logic: i64) -> Result<(Arc<MappedFile>, bool)> {
+        if let Some(last) = self.queue.last() {
+            if !last.is_full() {
+                return Ok((last, false));
+            }
+        }
+        let first_in_queue = self.queue.is_empty();
+        let offset = self.queue.next_file_offset(expect_logic);
+        let file = Arc::new(MappedFile::create(
+            &self.queue.path_for(offset),
+            offset,
+            self.queue.file_size(),
+        )?);
+        self.queue.push(file.clone())?;
+        Ok((file, first_in_queue))
+    }
+
+    /// `putMessagePositionInfo`: appends the unit for queue offset `cq_offset`. Idempotent: a
+    /// record already indexed (or a queue offset already written) is skipped. Returns whether a
+    /// unit was written.
+    pub fn put(&self, phy_offset: i64, size: i32, tags_code: i64, cq_offset: i64) -> Result<bool> {
+        if phy_offset + i64::from(size) <= self.max_physic_offset() {
+            return Ok(false);
+        }
+        let expect_logic = cq_offset * CQ_STORE_UNIT_SIZE;
+        let (file, first_in_queue) = self.file_for_append(expect_logic)?;
+        if first_in_queue && cq_offset != 0 && file.wrote_position() == 0 {
+            // The queue starts above 0: pad the first segment with pre-blank units.
+            self.min_logic_offset.store(expect_logic, Ordering::Release);
+            self.queue.set_flushed_where(expect_logic);
+            let blank_to = expect_logic - file.file_from_offset();
+            let mut at = 0;
+            while at < blank_to {
+                // SAFETY: dispatch is the only writer of a consume queue.
+                unsafe { file.append_with(CQ_STORE_UNIT_SIZE, |b| encode_unit(b, 0, i32::MAX, 0)) };
+                at += CQ_STORE_UNIT_SIZE;
+            }
+        }
+        if cq_offset != 0 {
+            let current = file.file_from_offset() + file.wrote_position();
+            if expect_logic < current {
+                return Ok(false);
+            }
+            if expect_logic != current {
+                log::warn!(
+                    target: "rmqstore.consume_queue",
+                    "[BUG] logic queue order maybe wrong: {}-{} expects queue offset {cq_offset} \
+                     at byte {expect_logic} but the queue ends at byte {current}",
+                    self.topic,
+                    self.queue_id
+                );
+            }
+        }
+        self.max_physic_offset
+            .store(phy_offset + i64::from(size), Ordering::Release);
+        // SAFETY: dispatch is the only writer of a consume queue.
+        let placed = unsafe {
+            file.append_with(CQ_STORE_UNIT_SIZE, |b| {
+                encode_unit(b, phy_offset, size, tags_code)
+            })
+        };
+        if placed.is_none() {
+            return Err(StoreError::corrupted(
+                file.path(),
+                "consume queue segment has no room for a unit",
+            ));
+        }
+        Ok(true)
+    }
+
+    /// The unit at queue offset `index`, if it is in `[min, max)`.
+    pub fn get(&self, index: i64) -> Option<CqUnit> {
+        let logic = index.checked_mul(CQ_STORE_UNIT_SIZE)?;
+        if index < 0 || logic < self.min_logic_offset.load(Ordering::Acquire) {
+            return None;
+        }
+        let file = self.queue.find_by_offset(logic)?;
+        let b = file.read(logic - file.file_from_offset(), CQ_STORE_UNIT_SIZE)?;
+        Some(CqUnit::decode(index, b))
+    }
+
+    /// `iterateFrom`: units from `index` to the end of the readable region of the segment that
+    /// holds it, at most `max` of them. `None` when `index` is below the minimum or past the end.
+    pub fn units_from(&self, index: i64, max: usize) -> Option<Vec<CqUnit>> {
+        let logic = index.checked_mul(CQ_STORE_UNIT_SIZE)?;
+        if index < 0 || logic < self.min_logic_offset.load(Ordering::Acquire) {
+            return None;
+        }
+        let file = self.queue.find_by_offset(logic)?;
+        let data = file.read_from(logic - file.file_from_offset())?;
+        let n = (data.len() / CQ_STORE_UNIT_SIZE as usize).min(max);
+        Some(
+            (0..n)
+                .map(|i| CqUnit::decode(index + i as i64, &data[i * 20..i * 20 + 20]))
+                .collect(),
+        )
+    }
+
+    /// Calls `f` for units `[from, to)` across segments; stops early when `f` returns false.
+    pub fn scan(&self, from: i64, to: i64, mut f: impl FnMut(CqUnit) -> bool) {
+        let mut index = from.max(self.min_offset());
+        let to = to.min(self.max_offset());
+        while index < to {
+            let Some(units) = self.units_from(index, (to - index) as usize) else {
+                return;
+            };
+            if units.is_empty() {
+                return;
+            }
+            for u in units {
+                index = u.queue_offset + 1;
+                if !f(u) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// `correctMinOffset`: moves the minimum to the first unit whose record is at or after the
+    /// commitlog's minimum offset.
+    pub fn correct_min_offset(&self, min_commit_log_offset: i64) {
+        let min = self.min_offset();
+        let max = self.max_offset();
+        if min >= max {
+            return;
+        }
+        match self.get(max - 1) {
+            Some(last) if last.phy_offset >= min_commit_log_offset => {}
+            _ => {
+                self.min_logic_offset
+                    .store(max * CQ_STORE_UNIT_SIZE, Ordering::Release);
+                return;
+            }
+        }
+        // Binary search for the first unit with phy_offset >= min_commit_log_offset.
+        let (mut lo, mut hi) = (min, max - 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.get(mid) {
+                Some(u) if u.phy_offset >= min_commit_log_offset && !u.is_pre_blank() => hi = mid,
+                _ => lo = mid + 1,
+            }
+        }
+        self.min_logic_offset
+            .store(lo * CQ_STORE_UNIT_SIZE, Ordering::Release);
+    }
+
+    /// `recover`: from the third-from-last segment, finds the end of the valid units
+    /// (`offset >= 0 && size > 0`) and truncates there.
+    pub fn recover(&self) -> Result<()> {
+        let files = self.queue.files();
+        if files.is_empty() {
+            return Ok(());
+        }
+        let start = files.len().saturating_sub(3);
+        let mut end = files[start].file_from_offset();
+        let mut max_phy = -1;
+        for f in &files[start..] {
+            let data = f.read_from(0).unwrap_or(&[]);
+            let mut pos = 0usize;
+            let mut whole = true;
+            while pos + 20 <= data.len() {
+                let u = CqUnit::decode(0, &data[pos..pos + 20]);
+                if u.phy_offset >= 0 && u.size > 0 {
+                    pos += 20;
+                    if !u.is_pre_blank() {
+                        max_phy = u.phy_offset + i64::from(u.size);
+                    }
+                } else {
+                    whole = false;
+                    break;
+                }
+            }
+            end = f.file_from_offset() + pos as i64;
+            if !whole {
+                break;
+            }
+        }
+        self.queue.truncate_dirty(end)?;
+        self.queue.set_flushed_where(end);
+        self.max_physic_offset.store(max_phy, Ordering::Release);
+        // The first unit that is not a pre-blank is the minimum.
+        let mut min = self.queue.min_offset().max(0);
+        if let Some(first) = self.queue.first() {
+            let data = first.read_from(0).unwrap_or(&[]);
+            let mut pos = 0;
+            while pos + 20 <= data.len() && CqUnit::decode(0, &data[pos..pos + 20]).is_pre_blank() {
+                pos += 20;
+            }
+            min = first.file_from_offset() + pos as i64;
+        }
+        self.min_logic_offset.store(min, Ordering::Release);
+        Ok(())
+    }
+
+    /// `truncateDirtyLogicFiles`: drops every unit whose record starts at or after
+    /// `phy_offset` (the commitlog was truncated there).
+    pub fn truncate_dirty(&self, phy_offset: i64) -> Result<()> {
+        let files = self.queue.files();
+        let mut cut = None;
+        'files: for f in files.iter().rev() {
+            let data = f.read_from(0).unwrap_or(&[]);
+            let n = data.len() / 20;
+            for i in 0..n {
+                let u = CqUnit::decode(0, &data[i * 20..i * 20 + 20]);
+                if u.is_pre_blank() {
+                    continue;
+                }
+                if u.phy_offset >= phy_offset {
+                    cut = Some(f.file_from_offset() + i as i64 * 20);
+                    if i > 0 {
+                        break 'files;
+                    }
+                    continue 'files;
+                }
+            }
+            break;
+        }
+        if let Some(cut) = cut {
+            self.queue.truncate_dirty(cut)?;
+            if self.queue.max_offset() <= self.min_logic_offset.load(Ordering::Acquire) {
+                self.min_logic_offset
+                    .store(self.queue.max_offset(), Ordering::Release);
+            }
+        }
+        // Recompute the last indexed record end.
+        let max = self.max_offset();
+        let max_phy = if max > self.min_offset() {
+            self.get(max - 1)
+                .filter(|u| !u.is_pre_blank())
+                .map_or(-1, |u| u.phy_offset + i64::from(u.size))
+        } else {
+            -1
+        };
+        self.max_physic_offset.store(max_phy, Ordering::Release);
+        Ok(())
+    }
+
+    /// Forces written units to disk; true iff nothing moved.
+    pub fn flush(&self, least_pages: i64) -> Result<bool> {
+        self.queue.flush(least_pages)
+    }
+
+    /// Segment files, oldest first.
+    pub fn segment_paths(&self) -> Vec<PathBuf> {
+        self.queue
+            .files()
+            .iter()
+            .map(|f| f.path().to_path_buf())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rmqstore-cq-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn put_is_idempotent_and_rolls() {
+        let d = tmp("put");
+        // 10 units per file.
+        let cq = ConsumeQueue::load("T", 0, &d, 200).unwrap();
+        cq.recover().unwrap();
+        assert_eq!(
+            (cq.min_offset(), cq.max_offset(), cq.max_physic_offset()),
+            (0, 0, -1)
+        );
+        for i in 0..25 {
+            assert!(cq.put(i * 100, 100, i, i).unwrap());
+        }
+        assert_eq!(cq.max_offset(), 25);
+        assert_eq!(cq.segment_paths().len(), 3);
+        // Replaying an already-built unit is skipped.
+        assert!(!cq.put(2400, 100, 24, 24).unwrap());
+        assert!(!cq.put(500, 100, 5, 5).unwrap());
+        assert_eq!(cq.max_offset(), 25);
+        let u = cq.get(13).unwrap();
+        assert_eq!((u.phy_offset, u.size, u.tags_code), (1300, 100, 13));
+        assert!(cq.get(25).is_none());
+        let units = cq.units_from(7, 100).unwrap();
+        assert_eq!(units.len(), 3, "iteration stops at the end of the segment");
+        assert_eq!(cq.roll_next_file(7), 10);
+        let mut seen = Vec::new();
+        cq.scan(3, 22, |u| {
+            seen.push(u.queue_offset);
+            true
+        });
+        assert_eq!(seen, (3..22).collect::<Vec<_>>());
+        let bytes = std::fs::read(&cq.segment_paths()[1]).unwrap();
+        assert_eq!(&bytes[0..8], &1000i64.to_be_bytes());
+        assert_eq!(&bytes[8..12], &100i32.to_be_bytes());
+        assert_eq!(&bytes[12..20], &10i64.to_be_bytes());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn correct_min_offset_like_consume_queue_test() {
+        let d = tmp("min");
+        let cq = ConsumeQueue::load("T", 0, &d, 20 * 30_000).unwrap();
+        cq.recover().unwrap();
+        for i in 0..10_000 {
+            cq.put(i * 100, 100, 0, i).unwrap();
+        }
+        cq.correct_min_offset(2000);
+        assert_eq!(cq.min_offset(), 20);
+        cq.correct_min_offset(10_000 * 100);
+        assert_eq!(cq.min_offset(), cq.max_offset());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_queue_starting_above_zero_is_pre_blanked_and_survives_reload() {
+        let d = tmp("blank");
+        let cq = ConsumeQueue::load("T", 0, &d, 20 * 1000).unwrap();
+        cq.recover().unwrap();
+        cq.put(5000, 100, 7, 100).unwrap();
+        assert_eq!((cq.min_offset(), cq.max_offset()), (100, 101));
+        assert!(cq.get(99).is_none());
+        assert_eq!(cq.get(100).unwrap().phy_offset, 5000);
+        drop(cq);
+        let cq = ConsumeQueue::load("T", 0, &d, 20 * 1000).unwrap();
+        cq.recover().unwrap();
+        assert_eq!((cq.min_offset(), cq.max_offset()), (100, 101));
+        assert_eq!(cq.max_physic_offset(), 5100);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn recover_and_truncate() {
+        let d = tmp("recover");
+        let cq = ConsumeQueue::load("T", 1, &d, 200).unwrap();
+        cq.recover().unwrap();
+        for i in 0..25 {
+            cq.put(i * 100, 100, 0, i).unwrap();
+        }
+        drop(cq);
+        let cq = ConsumeQueue::load("T", 1, &d, 200).unwrap();
+        cq.recover().unwrap();
+        assert_eq!((cq.max_offset(), cq.max_physic_offset()), (25, 2500));
+        cq.truncate_dirty(1500).unwrap();
+        assert_eq!((cq.max_offset(), cq.max_physic_offset()), (15, 1500));
+        assert_eq!(cq.segment_paths().len(), 2);
+        cq.truncate_dirty(1000).unwrap();
+        assert_eq!((cq.max_offset(), cq.max_physic_offset()), (10, 1000));
+        assert!(cq.put(1000, 100, 0, 10).unwrap());
+        assert_eq!(cq.max_offset(), 11);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -1,0 +1,197 @@
+//! All consume queues of a store: `consumequeue/<topic>/<queueId>/` (STORE_SPEC §3, §5.3).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use crate::consume_queue::{ConsumeQueue, CQ_STORE_UNIT_SIZE};
+use crate::error::{Result, StoreError};
+use crate::message::topic_is_legal;
+
+pub struct ConsumeQueueStore {
+    dir: PathBuf,
+    file_size: i64,
+    queues: RwLock<HashMap<String, BTreeMap<i32, Arc<ConsumeQueue>>>>,
+}
+
+impl std::fmt::Debug for ConsumeQueueStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumeQueueStore")
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+fn parse_queue_id(name: &str) -> Option<i32> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) || name.len() > 10 {
+        return None;
+    }
+    name.parse::<i32>().ok()
+}
+
+impl ConsumeQueueStore {
+    /// Loads every queue under `dir` (created if missing). Folder names must be legal topics and
+    /// queue ids; anything else is an error naming it, found before anything changes.
+    pub fn load(dir: &Path, units_per_file: i64) -> Result<ConsumeQueueStore> {
+        let file_size = units_per_file * CQ_STORE_UNIT_SIZE;
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::io("cannot create", dir, e))?;
+        let mut found: Vec<(String, i32, PathBuf)> = Vec::new();
+        let topics = std::fs::read_dir(dir).map_err(|e| StoreError::io("cannot list", dir, e))?;
+        for t in topics {
+            let t = t.map_err(|e| StoreError::io("cannot list", dir, e))?;
+            let tpath = t.path();
+            let Some(topic) = t.file_name().to_str().map(str::to_owned) else {
+                return Err(StoreError::corrupted(
+                    &tpath,
+                    "topic folder name is not UTF-8",
+                ));
+            };
+            if !topic_is_legal(&topic) || !tpath.is_dir() {
+                return Err(StoreError::corrupted(
+                    &tpath,
+                    "unexpected entry in consumequeue/ (expected topic folders)",
+                ));
+            }
+            let queues =
+                std::fs::read_dir(&tpath).map_err(|e| StoreError::io("cannot list", &tpath, e))?;
+            for q in queues {
+                let q = q.map_err(|e| StoreError::io("cannot list", &tpath, e))?;
+                let qpath = q.path();
+                let qid = q.file_name().to_str().and_then(parse_queue_id);
+                match qid {
+                    Some(qid) if qpath.is_dir() => found.push((topic.clone(), qid, qpath)),
+                    _ => {
+                        return Err(StoreError::corrupted(
+                            &qpath,
+                            "unexpected entry in a topic folder (expected queue id folders)",
+                        ))
+                    }
+                }
+            }
+        }
+        let mut queues: HashMap<String, BTreeMap<i32, Arc<ConsumeQueue>>> = HashMap::new();
+        for (topic, qid, qpath) in found {
+            let cq = ConsumeQueue::load(&topic, qid, &qpath, file_size)?;
+            queues.entry(topic).or_default().insert(qid, Arc::new(cq));
+        }
+        Ok(ConsumeQueueStore {
+            dir: dir.to_path_buf(),
+            file_size,
+            queues: RwLock::new(queues),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn read(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, HashMap<String, BTreeMap<i32, Arc<ConsumeQueue>>>> {
+        self.queues.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn find(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
+        self.read()
+            .get(topic)
+            .and_then(|q| q.get(&queue_id))
+            .cloned()
+    }
+
+    /// `findOrCreateConsumeQueue` (the folder appears with the first unit).
+    pub fn find_or_create(&self, topic: &str, queue_id: i32) -> Result<Arc<ConsumeQueue>> {
+        if let Some(cq) = self.find(topic, queue_id) {
+            return Ok(cq);
+        }
+        let mut all = self.queues.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(cq) = all.get(topic).and_then(|q| q.get(&queue_id)) {
+            return Ok(cq.clone());
+        }
+        let qdir = self.dir.join(topic).join(queue_id.to_string());
+        let cq = Arc::new(ConsumeQueue::load(topic, queue_id, &qdir, self.file_size)?);
+        all.entry(topic.to_owned())
+            .or_default()
+            .insert(queue_id, cq.clone());
+        Ok(cq)
+    }
+
+    /// Every queue, by topic then queue id.
+    pub fn all(&self) -> Vec<Arc<ConsumeQueue>> {
+        let all = self.read();
+        let mut topics: Vec<&String> = all.keys().collect();
+        topics.sort();
+        topics
+            .into_iter()
+            .flat_map(|t| all[t].values().cloned())
+            .collect()
+    }
+
+    pub fn topics(&self) -> Vec<String> {
+        let mut t: Vec<String> = self.read().keys().cloned().collect();
+        t.sort();
+        t
+    }
+
+    pub fn queue_ids(&self, topic: &str) -> Vec<i32> {
+        self.read()
+            .get(topic)
+            .map(|q| q.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Recovers every queue (§3.7).
+    pub fn recover(&self) -> Result<()> {
+        for cq in self.all() {
+            cq.recover()?;
+        }
+        Ok(())
+    }
+
+    /// The largest indexed record end over all queues (`dispatchFromPhyOffset`), -1 if none.
+    pub fn max_physic_offset(&self) -> i64 {
+        self.all()
+            .iter()
+            .map(|cq| cq.max_physic_offset())
+            .max()
+            .unwrap_or(-1)
+    }
+
+    /// Drops units whose records start at or after `phy_offset` in every queue.
+    pub fn truncate_dirty(&self, phy_offset: i64) -> Result<()> {
+        for cq in self.all() {
+            if cq.max_physic_offset() > phy_offset {
+                cq.truncate_dirty(phy_offset)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `correctMinOffset` on every queue.
+    pub fn correct_min_offsets(&self, min_commit_log_offset: i64) {
+        for cq in self.all() {
+            cq.correct_min_offset(min_commit_log_offset);
+        }
+    }
+
+    /// Flushes every queue; true iff nothing moved anywhere.
+    pub fn flush(&self, least_pages: i64) -> Result<bool> {
+        let mut unchanged = true;
+        for cq in self.all() {
+            unchanged &= cq.flush(least_pages)?;
+        }
+        Ok(unchanged)
+    }
+
+    /// topic -> queue id -> next queue offset, from the queues (`recoverTopicQueueTable`).
+    pub fn offset_table(&self) -> HashMap<String, HashMap<i32, i64>> {
+        let all = self.read();
+        all.iter()
+            .map(|(t, qs)| {
+                (
+                    t.clone(),
+                    qs.iter().map(|(q, cq)| (*q, cq.max_offset())).collect(),
+                )
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,615 @@
+//! The read path: `getMessage` with tag filtering and batch limits, offsets by time
+//! (STORE_SPEC §8).
+
+use crate::commitlog::CommitLog;
+use crate::config::StoreConfig;
+use crate::consume_queue::ConsumeQueue;
+use crate::consume_queue::CQ_STORE_UNIT_SIZE;
+use crate::message::MessageExt;
+use crate::util::java_hash;
+
+/// `GetMessageStatus`, in RocketMQ's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum GetMessageStatus {
+    Found = 0,
+    NoMatchedMessage,
+    MessageWasRemoving,
+    OffsetFoundNull,
+    OffsetOverflowBadly,
+    OffsetOverflowOne,
+    OffsetTooSmall,
+    NoMatchedLogicQueue,
+    NoMessageInQueue,
+    OffsetReset,
+}
+
+impl GetMessageStatus {
+    pub const ALL: [GetMessageStatus; 10] = [
+        GetMessageStatus::Found,
+        GetMessageStatus::NoMatchedMessage,
+        GetMessageStatus::MessageWasRemoving,
+        GetMessageStatus::OffsetFoundNull,
+        GetMessageStatus::OffsetOverflowBadly,
+        GetMessageStatus::OffsetOverflowOne,
+        GetMessageStatus::OffsetTooSmall,
+        GetMessageStatus::NoMatchedLogicQueue,
+        GetMessageStatus::NoMessageInQueue,
+        GetMessageStatus::OffsetReset,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GetMessageStatus::Found => "FOUND",
+            GetMessageStatus::NoMatchedMessage => "NO_MATCHED_MESSAGE",
+            GetMessageStatus::MessageWasRemoving => "MESSAGE_WAS_REMOVING",
+            GetMessageStatus::OffsetFoundNull => "OFFSET_FOUND_NULL",
+            GetMessageStatus::OffsetOverflowBadly => "OFFSET_OVERFLOW_BADLY",
+            GetMessageStatus::OffsetOverflowOne => "OFFSET_OVERFLOW_ONE",
+            GetMessageStatus::OffsetTooSmall => "OFFSET_TOO_SMALL",
+            GetMessageStatus::NoMatchedLogicQueue => "NO_MATCHED_LOGIC_QUEUE",
+            GetMessageStatus::NoMessageInQueue => "NO_MESSAGE_IN_QUEUE",
+            GetMessageStatus::OffsetReset => "OFFSET_RESET",
+        }
+    }
+}
+
+/// A subscription expression: `"*"` (or empty) for everything, else `"TagA || TagB"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TagFilter {
+    all: bool,
+    tags: Vec<String>,
+    codes: Vec<i32>,
+}
+
+impl TagFilter {
+    /// Everything.
+    pub fn all() -> TagFilter {
+        TagFilter {
+            all: true,
+            tags: Vec::new(),
+            codes: Vec::new(),
+        }
+    }
+
+    /// Parses RocketMQ's tag expression (`FilterAPI.buildSubscriptionData`).
+    pub fn parse(expr: &str) -> TagFilter {
+        let expr = expr.trim();
+        if expr.is_empty() || expr == "*" {
+            return TagFilter::all();
+        }
+        let mut tags: Vec<String> = Vec::new();
+        for t in expr.split("||") {
+            let t = t.trim();
+            if t == "*" {
+                return TagFilter::all();
+            }
+            if !t.is_empty() && !tags.iter().any(|x| x == t) {
+                tags.push(t.to_owned());
+            }
+        }
+        if tags.is_empty() {
+            return TagFilter::all();
+        }
+        let codes = tags.iter().map(|t| java_hash(t)).collect();
+        TagFilter {
+            all: false,
+            tags,
+            codes,
+        }
+    }
+
+    pub fn is_all(&self) -> bool {
+        self.all
+    }
+
+    /// The consume queue check (`isMatchedByConsumeQueue`): by tag code.
+    pub fn matches_code(&self, tags_code: i64) -> bool {
+        self.all || self.codes.contains(&(tags_code as i32))
+    }
+
+    /// The exact check RocketMQ leaves to clients: the record's real tag string.
+    pub fn matches_tag(&self, tag: Option<&str>) -> bool {
+        self.all || tag.is_some_and(|t| self.tags.iter().any(|x| x == t))
+    }
+}
+
+/// The pull batch limits (`isTheBatchFull`).
+#[derive(Clone, Copy, Debug)]
+pub struct PullLimits {
+    pub max_total_msg_size: i64,
+    pub max_filter_message_size: i64,
+    pub count_in_memory: i32,
+    pub bytes_in_memory: i64,
+    pub count_in_disk: i32,
+    pub bytes_in_disk: i64,
+    /// Bytes behind the commitlog end still taken as "in memory".
+    pub memory_window: i64,
+}
+
+/// `MAX_PULL_MSG_SIZE`.
+pub const MAX_PULL_MSG_SIZE: i64 = 128 * 1024 * 1024;
+
+impl PullLimits {
+    pub fn from_config(c: &StoreConfig, total_memory: i64) -> PullLimits {
+        PullLimits {
+            max_total_msg_size: MAX_PULL_MSG_SIZE,
+            max_filter_message_size: c.max_filter_message_size,
+            count_in_memory: c.max_transfer_count_on_message_in_memory,
+            bytes_in_memory: c.max_transfer_bytes_on_message_in_memory,
+            count_in_disk: c.max_transfer_count_on_message_in_disk,
+            bytes_in_disk: c.max_transfer_bytes_on_message_in_disk,
+            memory_window: total_memory / 100 * i64::from(c.access_message_in_memory_max_ratio),
+        }
+    }
+
+    fn batch_full(
+        &self,
+        size: i32,
+        max_msg_nums: i32,
+        buf_total: i64,
+        count: i32,
+        in_mem: bool,
+    ) -> bool {
+        if buf_total == 0 || count == 0 {
+            return false;
+        }
+        let size = i64::from(size);
+        if count + 1 > max_msg_nums || buf_total + size > self.max_total_msg_size {
+            return true;
+        }
+        if in_mem {
+            buf_total + size > self.bytes_in_memory || count > self.count_in_memory - 1
+        } else {
+            buf_total + size > self.bytes_in_disk || count > self.count_in_disk - 1
+        }
+    }
+}
+
+/// What `getMessage` answers.
+#[derive(Clone, Debug)]
+pub struct GetMessageResult {
+    pub status: GetMessageStatus,
+    pub next_begin_offset: i64,
+    pub min_offset: i64,
+    pub max_offset: i64,
+    pub messages: Vec<MessageExt>,
+    /// Bytes of all messages returned.
+    pub buffer_total_size: i64,
+}
+
+/// `DefaultMessageStore.getMessage` over one queue (`None`: no such queue, i.e. empty).
+pub fn get_message(
+    commitlog: &CommitLog,
+    cq: Option<&ConsumeQueue>,
+    offset: i64,
+    max_msg_nums: i32,
+    filter: &TagFilter,
+    limits: &PullLimits,
+) -> GetMessageResult {
+    let (min, max) = cq.map_or((0, 0), |cq| (cq.min_offset(), cq.max_offset()));
+    let mut r = GetMessageResult {
+        status: GetMessageStatus::NoMatchedMessage,
+        next_begin_offset: offset,
+        min_offset: min,
+        max_offset: max,
+        messages: Vec::new(),
+        buffer_total_size: 0,
+    };
+    let cq = match cq {
+        Some(cq) if max != 0 => cq,
+        _ => {
+            r.status = GetMessageStatus::NoMessageInQueue;
+            r.next_begin_offset = 0;
+            return r;
+        }
+    };
+    if offset < min {
+        r.status = GetMessageStatus::OffsetTooSmall;
+        r.next_begin_offset = min;
+        return r;
+    }
+    if offset == max {
+        r.status = GetMessageStatus::OffsetOverflowOne;
+        return r;
+    }
+    if offset > max {
+        r.status = GetMessageStatus::OffsetOverflowBadly;
+        r.next_begin_offset = max;
+        return r;
+    }
+    let max_msg_nums = max_msg_nums.max(1);
+    let max_filter_bytes = limits
+        .max_filter_message_size
+        .max(i64::from(max_msg_nums) * CQ_STORE_UNIT_SIZE);
+    let max_phy = commitlog.max_offset();
+    let file_size = commitlog.queue().file_size();
+    let mut next = offset;
+    let mut next_phy_file_start = i64::MIN;
+    let mut count = 0i32;
+    // travelCqFileNumWhenGetMessage = 1: one consume queue segment per call.
+    let want = (max_filter_bytes / CQ_STORE_UNIT_SIZE + 1) as usize;
+    let Some(units) = cq.units_from(next, want) else {
+        r.status = GetMessageStatus::OffsetFoundNull;
+        r.next_begin_offset = cq.roll_next_file(next);
+        return r;
+    };
+    for u in units {
+        if next >= max {
+            break;
+        }
+        if (u.queue_offset - offset) * CQ_STORE_UNIT_SIZE >= max_filter_bytes {
+            break;
+        }
+        let in_mem = max_phy - u.phy_offset <= limits.memory_window;
+        if limits.batch_full(u.size, max_msg_nums, r.buffer_total_size, count, in_mem) {
+            break;
+        }
+        next = u.queue_offset + 1;
+        if u.phy_offset < next_phy_file_start || u.is_pre_blank() {
+            continue;
+        }
+        if !filter.matches_code(u.tags_code) {
+            continue;
+        }
+        let Some(m) = commitlog.message_at(u.phy_offset, u.size) else {
+            if count == 0 {
+                r.status = GetMessageStatus::MessageWasRemoving;
+            }
+            next_phy_file_start = u.phy_offset + file_size - u.phy_offset.rem_euclid(file_size);
+            continue;
+        };
+        if !filter.matches_tag(m.tags()) {
+            continue;
+        }
+        r.buffer_total_size += i64::from(u.size);
+        r.messages.push(m);
+        count += 1;
+        r.status = GetMessageStatus::Found;
+    }
+    r.next_begin_offset = next;
+    r
+}
+
+/// Which side of an exact or missing timestamp `offset_by_time` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeBoundary {
+    Lower,
+    Upper,
+}
+
+/// `getOffsetInQueueByTime`: LOWER gives the first unit stored at or after `timestamp` (the
+/// queue's max offset when none is), UPPER the last unit stored at or before it. Store times
+/// grow with commitlog offsets, so a binary search over the queue holds. Units whose records are
+/// gone count as older than anything. The answer is clamped to `[min, max]`.
+pub fn offset_by_time(
+    commitlog: &CommitLog,
+    cq: &ConsumeQueue,
+    timestamp: i64,
+    boundary: TimeBoundary,
+) -> i64 {
+    let min = cq.min_offset();
+    let max = cq.max_offset();
+    if min >= max {
+        return min.max(0).min(max);
+    }
+    let ts_at = |i: i64| -> i64 {
+        match cq.get(i) {
+            Some(u) if !u.is_pre_blank() => commitlog.store_timestamp_at(u.phy_offset, u.size),
+            _ => -1,
+        }
+    };
+    // First index whose time is >= timestamp (LOWER), or > timestamp (for UPPER, minus one).
+    let first_at_or_after = |strict: bool| -> i64 {
+        let (mut lo, mut hi) = (min, max);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let t = ts_at(mid);
+            let before = if strict {
+                t <= timestamp
+            } else {
+                t < timestamp
+            };
+            if before {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    };
+    let r = match boundary {
+        TimeBoundary::Lower => first_at_or_after(false),
+        TimeBoundary::Upper => first_at_or_after(true) - 1,
+    };
+    r.clamp(min, max)
+}
+
+/// Columns of a bulk read, laid out as Arrow buffers (little-endian values and i32 offsets, as
+/// the Arrow format requires; these are in-memory buffers handed to pyarrow, not a file format).
+#[derive(Debug, Default, Clone)]
+pub struct BatchColumns {
+    pub rows: usize,
+    /// Queue offset after the last unit read (where the next read starts).
+    pub next_offset: i64,
+    pub topic_offsets: Vec<i32>,
+    pub topic_data: Vec<u8>,
+    pub queue_id: Vec<i32>,
+    pub queue_offset: Vec<i64>,
+    pub commit_log_offset: Vec<i64>,
+    pub store_timestamp: Vec<i64>,
+    pub born_timestamp: Vec<i64>,
+    /// Validity bitmap of `tags` (bit set = present).
+    pub tags_valid: Vec<u8>,
+    pub tags_offsets: Vec<i32>,
+    pub tags_data: Vec<u8>,
+    /// `keys`: list offsets into the key strings.
+    pub keys_list_offsets: Vec<i32>,
+    pub keys_offsets: Vec<i32>,
+    pub keys_data: Vec<u8>,
+    /// `properties`: map offsets into the key/value strings.
+    pub props_map_offsets: Vec<i32>,
+    pub props_key_offsets: Vec<i32>,
+    pub props_key_data: Vec<u8>,
+    pub props_value_offsets: Vec<i32>,
+    pub props_value_data: Vec<u8>,
+    pub body_offsets: Vec<i32>,
+    pub body_data: Vec<u8>,
+}
+
+/// The parts of a record a bulk read needs, located without decoding the rest. `None` unless
+/// the bytes are a well-formed record of exactly `data.len()` bytes stored at `phy_offset`.
+struct LeanRecord<'a> {
+    queue_offset: i64,
+    born_timestamp: i64,
+    store_timestamp: i64,
+    body: &'a [u8],
+    topic: &'a [u8],
+    properties: &'a [u8],
+}
+
+#[inline]
+fn parse_lean(data: &[u8], phy_offset: i64) -> Option<LeanRecord<'_>> {
+    use crate::message::{be_i16, be_i32, be_i64, cal_msg_length, sysflag, MessageVersion};
+    if data.len() < crate::message::MIN_RECORD_SIZE as usize
+        || be_i32(data, 0) as usize != data.len()
+        || be_i64(data, crate::message::PHYSICAL_OFFSET_POSITION) != phy_offset
+    {
+        return None;
+    }
+    let version = MessageVersion::from_magic(be_i32(data, 4))?;
+    let sys_flag = be_i32(data, crate::message::SYSFLAG_POSITION);
+    let born = if sys_flag & sysflag::BORNHOST_V6 != 0 {
+        20
+    } else {
+        8
+    };
+    let store = if sys_flag & sysflag::STOREHOSTADDRESS_V6 != 0 {
+        20
+    } else {
+        8
+    };
+    let ts_at = 48 + born;
+    let body_len_at = ts_at + 8 + store + 12;
+    if body_len_at + 4 > data.len() {
+        return None;
+    }
+    let body_len = usize::try_from(be_i32(data, body_len_at)).ok()?;
+    let body_at = body_len_at + 4;
+    let topic_len_at = body_at.checked_add(body_len)?;
+    let (topic_len, topic_at) = match version {
+        MessageVersion::V1 => (
+            usize::try_from(*data.get(topic_len_at)? as i8).ok()?,
+            topic_len_at + 1,
+        ),
+        MessageVersion::V2 => {
+            if topic_len_at + 2 > data.len() {
+                return None;
+            }
+            (
+                usize::try_from(be_i16(data, topic_len_at)).ok()?,
+                topic_len_at + 2,
+            )
+        }
+    };
+    let props_len_at = topic_at + topic_len;
+    if props_len_at + 2 > data.len() {
+        return None;
+    }
+    let props_len = usize::try_from(be_i16(data, props_len_at)).ok()?;
+    let props_at = props_len_at + 2;
+    let expected = cal_msg_length(
+        version,
+        sys_flag,
+        body_len as i64,
+        topic_len as i64,
+        props_len as i64,
+    );
+    if expected != data.len() as i64 {
+        return None;
+    }
+    Some(LeanRecord {
+        queue_offset: be_i64(data, crate::message::QUEUE_OFFSET_POSITION),
+        born_timestamp: be_i64(data, 40),
+        store_timestamp: be_i64(data, ts_at),
+        body: &data[body_at..body_at + body_len],
+        topic: &data[topic_at..topic_at + topic_len],
+        properties: &data[props_at..props_at + props_len],
+    })
+}
+
+fn push_str(offsets: &mut Vec<i32>, data: &mut Vec<u8>, s: &[u8]) {
+    data.extend_from_slice(s);
+    offsets.push(data.len() as i32);
+}
+
+impl BatchColumns {
+    /// No rows.
+    pub fn empty() -> BatchColumns {
+        BatchColumns::with_capacity(0)
+    }
+
+    fn with_capacity(n: usize) -> BatchColumns {
+        let mut c = BatchColumns {
+            topic_offsets: Vec::with_capacity(n + 1),
+            queue_id: Vec::with_capacity(n),
+            queue_offset: Vec::with_capacity(n),
+            commit_log_offset: Vec::with_capacity(n),
+            store_timestamp: Vec::with_capacity(n),
+            born_timestamp: Vec::with_capacity(n),
+            tags_valid: Vec::with_capacity(n / 8 + 1),
+            tags_offsets: Vec::with_capacity(n + 1),
+            keys_list_offsets: Vec::with_capacity(n + 1),
+            props_map_offsets: Vec::with_capacity(n + 1),
+            body_offsets: Vec::with_capacity(n + 1),
+            ..BatchColumns::default()
+        };
+        for v in [
+            &mut c.topic_offsets,
+            &mut c.tags_offsets,
+            &mut c.keys_list_offsets,
+            &mut c.keys_offsets,
+            &mut c.props_map_offsets,
+            &mut c.props_key_offsets,
+            &mut c.props_value_offsets,
+            &mut c.body_offsets,
+        ] {
+            v.push(0);
+        }
+        c
+    }
+
+    fn push(
+        &mut self,
+        d: &LeanRecord<'_>,
+        queue_id: i32,
+        phy_offset: i64,
+        include_properties: bool,
+    ) {
+        let row = self.rows;
+        push_str(&mut self.topic_offsets, &mut self.topic_data, d.topic);
+        self.queue_id.push(queue_id);
+        self.queue_offset.push(d.queue_offset);
+        self.commit_log_offset.push(phy_offset);
+        self.store_timestamp.push(d.store_timestamp);
+        self.born_timestamp.push(d.born_timestamp);
+        if row % 8 == 0 {
+            self.tags_valid.push(0);
+        }
+        let mut tags: Option<&[u8]> = None;
+        let mut keys: Option<&[u8]> = None;
+        let mut keys_count = self.keys_offsets.len() - 1;
+        // One pass over `name \x01 value \x02` pairs.
+        for item in d.properties.split(|&b| b == 2) {
+            let Some(sep) = item.iter().position(|&b| b == 1) else {
+                continue;
+            };
+            let (k, v) = (&item[..sep], &item[sep + 1..]);
+            if k.is_empty() || v.is_empty() {
+                continue;
+            }
+            match k {
+                b"TAGS" => tags = Some(v),
+                b"KEYS" => keys = Some(v),
+                _ => {}
+            }
+            if include_properties {
+                push_str(&mut self.props_key_offsets, &mut self.props_key_data, k);
+                push_str(&mut self.props_value_offsets, &mut self.props_value_data, v);
+            }
+        }
+        if include_properties {
+            self.props_map_offsets
+                .push((self.props_key_offsets.len() - 1) as i32);
+        } else {
+            self.props_map_offsets.push(0);
+        }
+        match tags {
+            Some(t) => {
+                self.tags_valid[row / 8] |= 1 << (row % 8);
+                push_str(&mut self.tags_offsets, &mut self.tags_data, t);
+            }
+            None => self.tags_offsets.push(self.tags_data.len() as i32),
+        }
+        if let Some(k) = keys {
+            for key in k.split(|&b| b == b' ').filter(|k| !k.is_empty()) {
+                push_str(&mut self.keys_offsets, &mut self.keys_data, key);
+                keys_count += 1;
+            }
+        }
+        self.keys_list_offsets.push(keys_count as i32);
+        push_str(&mut self.body_offsets, &mut self.body_data, d.body);
+        self.rows += 1;
+    }
+}
+
+/// Most bytes of bodies (and of any other variable column) one bulk read returns, so that the
+/// i32 offsets of the Arrow columns cannot overflow.
+pub const READ_BATCH_MAX_BYTES: usize = 512 * 1024 * 1024;
+
+/// Bulk read of a queue from `offset`: up to `max_msgs` messages as Arrow column buffers,
+/// across consume queue segments. Units whose records are gone are skipped.
+pub fn read_batch(
+    commitlog: &CommitLog,
+    cq: &ConsumeQueue,
+    offset: i64,
+    max_msgs: usize,
+    include_properties: bool,
+) -> BatchColumns {
+    let max = cq.max_offset();
+    let start = offset.max(cq.min_offset());
+    let n = (max - start).clamp(0, max_msgs as i64) as usize;
+    let mut cols = BatchColumns::with_capacity(n);
+    // Size the body column from the record sizes in the queue so it never regrows.
+    if n > 0 {
+        let mut bytes = 0usize;
+        cq.scan(start, start + n as i64, |u| {
+            bytes += u.size.max(0) as usize;
+            true
+        });
+        cols.body_data.reserve(bytes.min(READ_BATCH_MAX_BYTES));
+        cols.topic_data.reserve(n * 16);
+        cols.tags_data.reserve(n * 8);
+        cols.keys_offsets.reserve(n * 2);
+        cols.keys_data.reserve(n * 16);
+    }
+    let mut next = start;
+    let mut file: Option<std::sync::Arc<crate::mapped_file::MappedFile>> = None;
+    'units: while next < max && cols.rows < max_msgs {
+        let Some(units) = cq.units_from(next, max_msgs - cols.rows) else {
+            break;
+        };
+        if units.is_empty() {
+            break;
+        }
+        for u in units {
+            next = u.queue_offset + 1;
+            if u.is_pre_blank() {
+                continue;
+            }
+            let in_file = file.as_ref().is_some_and(|f| {
+                u.phy_offset >= f.file_from_offset()
+                    && u.phy_offset < f.file_from_offset() + f.file_size()
+            });
+            if !in_file {
+                file = commitlog.queue().find_by_offset(u.phy_offset);
+            }
+            let Some(f) = file.as_ref() else {
+                continue;
+            };
+            let Some(data) = f.read(u.phy_offset - f.file_from_offset(), i64::from(u.size)) else {
+                continue;
+            };
+            if let Some(d) = parse_lean(data, u.phy_offset) {
+                cols.push(&d, cq.queue_id(), u.phy_offset, include_properties);
+                if cols.body_data.len() > READ_BATCH_MAX_BYTES
+                    || cols.props_value_data.len() > READ_BATCH_MAX_BYTES
+                {
+                    break 'units;
+                }
+            }
+        }
+    }
+    cols.next_offset = next;
+    cols
+}
