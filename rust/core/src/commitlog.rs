@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{fence, AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -150,37 +150,37 @@ fn nonzero_extent(buf: &[u8]) -> i64 {
     end as i64
 }
 
-/// Wakes the dispatch thread when the readable end of the commitlog moves. A put pays one
-/// fence and a flag load; the condition variable is touched only while dispatch is parked.
+/// How dispatch waits for new bytes. Puts do not signal (a wake-up per put would cost every
+/// producer a system call whenever dispatch is idle); dispatch polls every millisecond while
+/// idle, as RocketMQ's reput thread does, and is woken at once only for shutdown.
 #[derive(Default)]
 pub struct DataSignal {
-    waiting: AtomicBool,
     lock: Mutex<()>,
     cv: Condvar,
 }
 
+/// Poll interval of an idle dispatcher (RocketMQ's reput sleeps 1 ms between rounds).
+pub const DISPATCH_POLL: Duration = Duration::from_millis(1);
+
 impl DataSignal {
-    /// Called after new bytes became readable (or flushed).
-    pub fn notify(&self) {
-        fence(Ordering::SeqCst);
-        if self.waiting.load(Ordering::SeqCst) {
-            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-            self.cv.notify_all();
-        }
-    }
-
-    /// Parks for up to `timeout` unless `ready()` already holds.
+    /// Waits up to `timeout` until `ready()` holds, checking every [`DISPATCH_POLL`].
     pub fn wait(&self, timeout: Duration, ready: impl Fn() -> bool) {
-        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.waiting.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if !ready() {
-            let _ = self.cv.wait_timeout(g, timeout);
+        let deadline = std::time::Instant::now() + timeout;
+        let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        while !ready() {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return;
+            }
+            g = self
+                .cv
+                .wait_timeout(g, DISPATCH_POLL.min(deadline - now))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
-        self.waiting.store(false, Ordering::SeqCst);
     }
 
-    /// Wakes a parked waiter unconditionally (shutdown).
+    /// Wakes a waiter at once (shutdown, or a flush that confirmed new bytes).
     pub fn wake(&self) {
         let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.cv.notify_all();
@@ -442,9 +442,6 @@ impl CommitLog {
             );
         }
         self.unlock_put(st);
-        if !self.sync_flush {
-            self.signal.notify();
-        }
         AppendResult {
             status: PutMessageStatus::PutOk,
             wrote_offset,
@@ -600,7 +597,7 @@ impl CommitLog {
             }
         }
         if self.sync_flush {
-            self.signal.notify();
+            self.signal.wake();
         }
         Ok(self.queue.flushed_where())
     }
