@@ -138,11 +138,49 @@ impl ConsumeQueue {
     /// record already indexed (or a queue offset already written) is skipped. Returns whether a
     /// unit was written.
     pub fn put(&self, phy_offset: i64, size: i32, tags_code: i64, cq_offset: i64) -> Result<bool> {
+        self.put_cached(&mut None, phy_offset, size, tags_code, cq_offset)
+    }
+
+    /// [`ConsumeQueue::put`] keeping the segment being written in `tail` between calls (the
+    /// caller is the only writer of this queue while it holds `tail`).
+    pub fn put_cached(
+        &self,
+        tail: &mut Option<Arc<MappedFile>>,
+        phy_offset: i64,
+        size: i32,
+        tags_code: i64,
+        cq_offset: i64,
+    ) -> Result<bool> {
         if phy_offset + i64::from(size) <= self.max_physic_offset() {
             return Ok(false);
         }
         let expect_logic = cq_offset * CQ_STORE_UNIT_SIZE;
-        let (file, first_in_queue) = self.file_for_append(expect_logic)?;
+        let (file, first_in_queue) = match tail.take() {
+            Some(f) if !f.is_full() => (f, false),
+            _ => self.file_for_append(expect_logic)?,
+        };
+        let result = self.put_in(
+            &file,
+            first_in_queue,
+            phy_offset,
+            size,
+            tags_code,
+            cq_offset,
+        );
+        *tail = Some(file);
+        result
+    }
+
+    fn put_in(
+        &self,
+        file: &Arc<MappedFile>,
+        first_in_queue: bool,
+        phy_offset: i64,
+        size: i32,
+        tags_code: i64,
+        cq_offset: i64,
+    ) -> Result<bool> {
+        let expect_logic = cq_offset * CQ_STORE_UNIT_SIZE;
         if first_in_queue && cq_offset != 0 && file.wrote_position() == 0 {
             // The queue starts above 0: pad the first segment with pre-blank units.
             self.min_logic_offset.store(expect_logic, Ordering::Release);

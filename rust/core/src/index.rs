@@ -581,7 +581,33 @@ impl IndexFile {
 
     /// [`IndexFile::put_key`] for a key whose index hash is already known.
     pub fn put_key_hash(&self, key_hash: i32, phy_offset: i64, store_timestamp: i64) -> bool {
+        self.put_key_hashes(&[key_hash], phy_offset, store_timestamp) == 1
+    }
+
+    /// Puts the keys of one message (their index hashes) under one lock and one header update;
+    /// returns how many fit (the rest go to the next file).
+    pub fn put_key_hashes(
+        &self,
+        key_hashes: &[i32],
+        phy_offset: i64,
+        store_timestamp: i64,
+    ) -> usize {
         let _w = lock(&self.writer);
+        let mut put = 0;
+        for &key_hash in key_hashes {
+            if !self.put_entry(key_hash, phy_offset, store_timestamp) {
+                break;
+            }
+            put += 1;
+        }
+        if put > 0 {
+            self.write_header();
+        }
+        put
+    }
+
+    /// One entry of `putKey`, without the header update. Callers hold the writer lock.
+    fn put_entry(&self, key_hash: i32, phy_offset: i64, store_timestamp: i64) -> bool {
         let count = self.index_count.load(Ordering::Relaxed);
         if count >= self.index_num || count < 1 {
             if count >= self.index_num {
@@ -628,7 +654,6 @@ impl IndexFile {
         self.index_count.store(count + 1, Ordering::Release);
         self.end_phy_offset.store(phy_offset, Ordering::Release);
         self.end_timestamp.store(store_timestamp, Ordering::Release);
-        self.write_header();
         true
     }
 
@@ -946,22 +971,28 @@ impl IndexService {
                 more.push(h);
             }
         }
-        for &h in hashes[..n].iter().chain(more.iter()) {
-            self.put_key(file, h, phy_offset, store_timestamp)?;
+        if more.is_empty() {
+            self.put_keys(file, &hashes[..n], phy_offset, store_timestamp)?;
+        } else {
+            more.splice(0..0, hashes.iter().copied());
+            self.put_keys(file, &more, phy_offset, store_timestamp)?;
         }
         Ok(())
     }
 
-    fn put_key(
+    /// Puts a message's keys, rolling to a new file when the current one fills up.
+    fn put_keys(
         &self,
         file: &mut Arc<IndexFile>,
-        key_hash: i32,
+        key_hashes: &[i32],
         phy_offset: i64,
         store_timestamp: i64,
     ) -> Result<()> {
-        // A fresh file always has room, so the second attempt succeeds; the bound is defensive.
-        for _ in 0..4 {
-            if file.put_key_hash(key_hash, phy_offset, store_timestamp) {
+        let mut done = 0;
+        // A fresh file always has room for a message's keys; the bound is defensive.
+        for _ in 0..key_hashes.len() + 4 {
+            done += file.put_key_hashes(&key_hashes[done..], phy_offset, store_timestamp);
+            if done == key_hashes.len() {
                 return Ok(());
             }
             log::debug!(

@@ -836,6 +836,100 @@ pub fn check_record(buf: &[u8], check_crc: bool) -> RecordCheck<'_> {
     })
 }
 
+/// The fields dispatch and bulk reads need, located in a record without decoding the rest (no
+/// host addresses, no CRC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    pub total_size: i32,
+    pub queue_id: i32,
+    pub queue_offset: i64,
+    pub physical_offset: i64,
+    pub sys_flag: i32,
+    pub born_timestamp: i64,
+    pub store_timestamp: i64,
+    pub body: &'a [u8],
+    pub topic: &'a [u8],
+    pub properties: &'a [u8],
+}
+
+impl RecordView<'_> {
+    pub fn transaction_type(&self) -> i32 {
+        sysflag::transaction_value(self.sys_flag)
+    }
+}
+
+/// Views `rec` as one whole record: `None` unless it is a message record whose TOTALSIZE is
+/// `rec.len()` and whose fields agree with the length formula.
+#[inline]
+pub fn view_record(rec: &[u8]) -> Option<RecordView<'_>> {
+    if rec.len() < MIN_RECORD_SIZE as usize || be_i32(rec, 0) as usize != rec.len() {
+        return None;
+    }
+    let version = MessageVersion::from_magic(be_i32(rec, 4))?;
+    let sys_flag = be_i32(rec, SYSFLAG_POSITION);
+    let born = if sys_flag & sysflag::BORNHOST_V6 != 0 {
+        20
+    } else {
+        8
+    };
+    let store = if sys_flag & sysflag::STOREHOSTADDRESS_V6 != 0 {
+        20
+    } else {
+        8
+    };
+    let ts_at = BORN_HOST_POSITION + born;
+    let body_len_at = ts_at + 8 + store + 12;
+    if body_len_at + 4 > rec.len() {
+        return None;
+    }
+    let body_len = usize::try_from(be_i32(rec, body_len_at)).ok()?;
+    let body_at = body_len_at + 4;
+    let topic_len_at = body_at.checked_add(body_len)?;
+    let (topic_len, topic_at) = match version {
+        MessageVersion::V1 => (
+            usize::try_from(*rec.get(topic_len_at)? as i8).ok()?,
+            topic_len_at + 1,
+        ),
+        MessageVersion::V2 => {
+            if topic_len_at + 2 > rec.len() {
+                return None;
+            }
+            (
+                usize::try_from(be_i16(rec, topic_len_at)).ok()?,
+                topic_len_at + 2,
+            )
+        }
+    };
+    let props_len_at = topic_at.checked_add(topic_len)?;
+    if props_len_at + 2 > rec.len() {
+        return None;
+    }
+    let props_len = usize::try_from(be_i16(rec, props_len_at)).ok()?;
+    let props_at = props_len_at + 2;
+    let expected = cal_msg_length(
+        version,
+        sys_flag,
+        body_len as i64,
+        topic_len as i64,
+        props_len as i64,
+    );
+    if expected != rec.len() as i64 {
+        return None;
+    }
+    Some(RecordView {
+        total_size: rec.len() as i32,
+        queue_id: be_i32(rec, 12),
+        queue_offset: be_i64(rec, QUEUE_OFFSET_POSITION),
+        physical_offset: be_i64(rec, PHYSICAL_OFFSET_POSITION),
+        sys_flag,
+        born_timestamp: be_i64(rec, 40),
+        store_timestamp: be_i64(rec, ts_at),
+        body: &rec[body_at..body_at + body_len],
+        topic: &rec[topic_at..topic_at + topic_len],
+        properties: &rec[props_at..props_at + props_len],
+    })
+}
+
 /// A stored message read back from the commitlog (RocketMQ's `MessageExt`): the raw record,
 /// copied out of the segment, with its fixed fields decoded and the variable ones located.
 /// Body, topic and properties are decoded only when asked for.
@@ -1272,6 +1366,8 @@ mod tests {
                 let keep = cut.index(rec.len() + 1);
                 let _ = check_record(&rec[..keep], true);
                 let _ = check_record(&rec, true);
+                let _ = view_record(&rec[..keep]);
+                let _ = view_record(&rec);
             }
 
             #[test]
@@ -1327,6 +1423,9 @@ mod tests {
                 prop_assert_eq!(d.reconsume_times, reconsume);
                 prop_assert_eq!(d.prepared_transaction_offset, ptx);
                 prop_assert_eq!(d.properties, rendered.as_bytes());
+                let v = view_record(&rec).expect("a valid record has a view");
+                prop_assert_eq!((v.queue_offset, v.physical_offset, v.store_timestamp), (queue_offset, phy_offset, store_ts));
+                prop_assert_eq!((v.body, v.topic, v.properties), (d.body, d.topic, d.properties));
                 let parsed = parse_properties(&d.properties_str());
                 let expected: Vec<(String, String)> = props.clone();
                 prop_assert_eq!(parsed, expected);

@@ -5,7 +5,7 @@ use crate::commitlog::CommitLog;
 use crate::config::StoreConfig;
 use crate::consume_queue::ConsumeQueue;
 use crate::consume_queue::CQ_STORE_UNIT_SIZE;
-use crate::message::MessageExt;
+use crate::message::{view_record, MessageExt, RecordView};
 use crate::util::java_hash;
 
 /// `GetMessageStatus`, in RocketMQ's order.
@@ -357,87 +357,6 @@ pub struct BatchColumns {
     pub body_data: Vec<u8>,
 }
 
-/// The parts of a record a bulk read needs, located without decoding the rest. `None` unless
-/// the bytes are a well-formed record of exactly `data.len()` bytes stored at `phy_offset`.
-struct LeanRecord<'a> {
-    queue_offset: i64,
-    born_timestamp: i64,
-    store_timestamp: i64,
-    body: &'a [u8],
-    topic: &'a [u8],
-    properties: &'a [u8],
-}
-
-#[inline]
-fn parse_lean(data: &[u8], phy_offset: i64) -> Option<LeanRecord<'_>> {
-    use crate::message::{be_i16, be_i32, be_i64, cal_msg_length, sysflag, MessageVersion};
-    if data.len() < crate::message::MIN_RECORD_SIZE as usize
-        || be_i32(data, 0) as usize != data.len()
-        || be_i64(data, crate::message::PHYSICAL_OFFSET_POSITION) != phy_offset
-    {
-        return None;
-    }
-    let version = MessageVersion::from_magic(be_i32(data, 4))?;
-    let sys_flag = be_i32(data, crate::message::SYSFLAG_POSITION);
-    let born = if sys_flag & sysflag::BORNHOST_V6 != 0 {
-        20
-    } else {
-        8
-    };
-    let store = if sys_flag & sysflag::STOREHOSTADDRESS_V6 != 0 {
-        20
-    } else {
-        8
-    };
-    let ts_at = 48 + born;
-    let body_len_at = ts_at + 8 + store + 12;
-    if body_len_at + 4 > data.len() {
-        return None;
-    }
-    let body_len = usize::try_from(be_i32(data, body_len_at)).ok()?;
-    let body_at = body_len_at + 4;
-    let topic_len_at = body_at.checked_add(body_len)?;
-    let (topic_len, topic_at) = match version {
-        MessageVersion::V1 => (
-            usize::try_from(*data.get(topic_len_at)? as i8).ok()?,
-            topic_len_at + 1,
-        ),
-        MessageVersion::V2 => {
-            if topic_len_at + 2 > data.len() {
-                return None;
-            }
-            (
-                usize::try_from(be_i16(data, topic_len_at)).ok()?,
-                topic_len_at + 2,
-            )
-        }
-    };
-    let props_len_at = topic_at + topic_len;
-    if props_len_at + 2 > data.len() {
-        return None;
-    }
-    let props_len = usize::try_from(be_i16(data, props_len_at)).ok()?;
-    let props_at = props_len_at + 2;
-    let expected = cal_msg_length(
-        version,
-        sys_flag,
-        body_len as i64,
-        topic_len as i64,
-        props_len as i64,
-    );
-    if expected != data.len() as i64 {
-        return None;
-    }
-    Some(LeanRecord {
-        queue_offset: be_i64(data, crate::message::QUEUE_OFFSET_POSITION),
-        born_timestamp: be_i64(data, 40),
-        store_timestamp: be_i64(data, ts_at),
-        body: &data[body_at..body_at + body_len],
-        topic: &data[topic_at..topic_at + topic_len],
-        properties: &data[props_at..props_at + props_len],
-    })
-}
-
 fn push_str(offsets: &mut Vec<i32>, data: &mut Vec<u8>, s: &[u8]) {
     data.extend_from_slice(s);
     offsets.push(data.len() as i32);
@@ -481,7 +400,7 @@ impl BatchColumns {
 
     fn push(
         &mut self,
-        d: &LeanRecord<'_>,
+        d: &RecordView<'_>,
         queue_id: i32,
         phy_offset: i64,
         include_properties: bool,
@@ -600,7 +519,7 @@ pub fn read_batch(
             let Some(data) = f.read(u.phy_offset - f.file_from_offset(), i64::from(u.size)) else {
                 continue;
             };
-            if let Some(d) = parse_lean(data, u.phy_offset) {
+            if let Some(d) = view_record(data).filter(|d| d.physical_offset == u.phy_offset) {
                 cols.push(&d, cq.queue_id(), u.phy_offset, include_properties);
                 if cols.body_data.len() > READ_BATCH_MAX_BYTES
                     || cols.props_value_data.len() > READ_BATCH_MAX_BYTES
