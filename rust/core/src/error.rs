@@ -29,6 +29,9 @@ pub enum StoreError {
     InvalidArgument(String),
     /// The store has been closed.
     Closed,
+    /// A failure inside the engine that is not the caller's or the files' (a worker thread
+    /// died); the operation can be retried.
+    Internal(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -84,6 +87,7 @@ impl fmt::Display for StoreError {
             StoreError::Config { setting, reason } => write!(f, "{setting}: {reason}"),
             StoreError::InvalidArgument(msg) => f.write_str(msg),
             StoreError::Closed => f.write_str("the store is closed"),
+            StoreError::Internal(msg) => write!(f, "internal error: {msg}"),
         }
     }
 }

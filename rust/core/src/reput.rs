@@ -122,33 +122,15 @@ pub fn reput(
     let end = commitlog.confirm_offset();
     let start = *from;
     let mut step = if index.is_some() && (end - start).min(max_bytes) >= PARALLEL_DISPATCH_BYTES {
-        let (cq_pass, index_pass) = std::thread::scope(|s| {
-            let index_pass = s.spawn(|| {
-                let mut at = start;
-                pass(
-                    commitlog,
-                    cqs,
-                    index,
-                    &mut at,
-                    end,
-                    max_bytes,
-                    Targets::Index,
-                )
-                .map(|step| (step, at))
-            });
+        let run = |targets: Targets| {
             let mut at = start;
-            let cq_pass = pass(
-                commitlog,
-                cqs,
-                index,
-                &mut at,
-                end,
-                max_bytes,
-                Targets::ConsumeQueues,
-            )
-            .map(|step| (step, at));
+            pass(commitlog, cqs, index, &mut at, end, max_bytes, targets).map(|step| (step, at))
+        };
+        let (cq_pass, index_pass) = std::thread::scope(|s| {
+            let index_pass = s.spawn(|| run(Targets::Index));
+            let cq_pass = run(Targets::ConsumeQueues);
             let index_pass = index_pass.join().unwrap_or_else(|_| {
-                Err(crate::error::StoreError::InvalidArgument(
+                Err(crate::error::StoreError::Internal(
                     "the index dispatch thread panicked".into(),
                 ))
             });

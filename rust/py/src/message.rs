@@ -319,17 +319,46 @@ impl MessageExt {
 }
 
 static GET_STATUS_MEMBERS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+static PUT_STATUS_MEMBERS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
+
+/// Member `index` of the Python enum `rmqstore.enums.<class>`, whose members are looked up once
+/// by RocketMQ's constant names (in the core enum's order) and cached in `cell`.
+fn enum_member<'py>(
+    py: Python<'py>,
+    cell: &PyOnceLock<Vec<Py<PyAny>>>,
+    class: &str,
+    names: impl Iterator<Item = &'static str>,
+    index: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let members = cell.get_or_try_init(py, || -> PyResult<Vec<Py<PyAny>>> {
+        let cls = py.import("rmqstore.enums")?.getattr(class)?;
+        names.map(|n| cls.getattr(n).map(Bound::unbind)).collect()
+    })?;
+    Ok(members[index].bind(py).clone())
+}
 
 /// The `rmqstore.GetMessageStatus` member for a core status.
 pub fn get_status_member(py: Python<'_>, status: GetMessageStatus) -> PyResult<Bound<'_, PyAny>> {
-    let members = GET_STATUS_MEMBERS.get_or_try_init(py, || -> PyResult<Vec<Py<PyAny>>> {
-        let cls = py.import("rmqstore.enums")?.getattr("GetMessageStatus")?;
-        GetMessageStatus::ALL
-            .iter()
-            .map(|s| cls.getattr(s.name()).map(Bound::unbind))
-            .collect()
-    })?;
-    Ok(members[status as usize].bind(py).clone())
+    let names = GetMessageStatus::ALL.iter().map(|s| s.name());
+    enum_member(
+        py,
+        &GET_STATUS_MEMBERS,
+        "GetMessageStatus",
+        names,
+        status as usize,
+    )
+}
+
+/// The `rmqstore.PutMessageStatus` member for a core status.
+pub fn put_status_member(py: Python<'_>, status: PutMessageStatus) -> PyResult<Bound<'_, PyAny>> {
+    let names = PutMessageStatus::ALL.iter().map(|s| s.name());
+    enum_member(
+        py,
+        &PUT_STATUS_MEMBERS,
+        "PutMessageStatus",
+        names,
+        status as usize,
+    )
 }
 
 /// What `get_message` answered.
@@ -401,20 +430,6 @@ impl GetMessageResult {
             self.messages.bind(py).len()
         )
     }
-}
-
-static PUT_STATUS_MEMBERS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
-
-/// The `rmqstore.PutMessageStatus` member for a core status.
-pub fn put_status_member(py: Python<'_>, status: PutMessageStatus) -> PyResult<Bound<'_, PyAny>> {
-    let members = PUT_STATUS_MEMBERS.get_or_try_init(py, || -> PyResult<Vec<Py<PyAny>>> {
-        let cls = py.import("rmqstore.enums")?.getattr("PutMessageStatus")?;
-        PutMessageStatus::ALL
-            .iter()
-            .map(|s| cls.getattr(s.name()).map(Bound::unbind))
-            .collect()
-    })?;
-    Ok(members[status as usize].bind(py).clone())
 }
 
 /// What a put answered.

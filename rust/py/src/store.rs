@@ -28,21 +28,8 @@ fn config_from_dict(cfg: &Bound<'_, PyDict>) -> PyResult<StoreConfig> {
             c.store_path_commit_log = Some(v.extract::<PathBuf>()?);
         }
     }
-    if let Some(v) = cfg.get_item("mapped_file_size_commit_log")? {
-        c.mapped_file_size_commit_log = v.extract()?;
-    }
-    if let Some(v) = cfg.get_item("max_message_size")? {
-        c.max_message_size = v.extract()?;
-    }
-    if let Some(v) = cfg.get_item("warm_mapped_file_enable")? {
-        c.warm_mapped_file_enable = v.extract()?;
-    }
-    if let Some(v) = cfg.get_item("flush_least_pages_when_warm_mapped_file")? {
-        c.flush_least_pages_when_warm_mapped_file = v.extract()?;
-    }
-    if let Some(v) = cfg.get_item("check_crc_on_recover")? {
-        c.check_crc_on_recover = v.extract()?;
-    }
+    // Settings read as they are (the Python StoreConfig has checked their types and ranges;
+    // the core checks ranges again).
     macro_rules! take {
         ($($name:ident),*) => {$(
             if let Some(v) = cfg.get_item(stringify!($name))? {
@@ -51,6 +38,11 @@ fn config_from_dict(cfg: &Bound<'_, PyDict>) -> PyResult<StoreConfig> {
         )*};
     }
     take!(
+        mapped_file_size_commit_log,
+        max_message_size,
+        warm_mapped_file_enable,
+        flush_least_pages_when_warm_mapped_file,
+        check_crc_on_recover,
         mapped_file_size_consume_queue,
         message_index_enable,
         max_hash_slot_num,
@@ -136,6 +128,19 @@ pub struct Store {
     inner: Arc<MessageStore>,
 }
 
+impl Store {
+    /// Runs `f` on the store with the GIL released (every store call touches files or maps)
+    /// and maps its error into the Python exception tree.
+    fn run<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&MessageStore) -> rmqstore_core::Result<T> + Send,
+    ) -> PyResult<T> {
+        let store = &self.inner;
+        py.detach(|| f(store)).into_py_result()
+    }
+}
+
 #[pymethods]
 impl Store {
     /// Opens (creating if needed) the store folder: lock, load, recover.
@@ -152,11 +157,10 @@ impl Store {
 
     fn put_message(&self, py: Python<'_>, msg: &Bound<'_, Message>) -> PyResult<PutMessageResult> {
         let m = &msg.get().inner;
-        let store = &self.inner;
-        let r = py.detach(|| store.put_message(m)).into_py_result()?;
+        let r = self.run(py, |s| s.put_message(m))?;
         Ok(PutMessageResult {
             inner: r,
-            store_host: store.config().store_host,
+            store_host: self.inner.config().store_host,
         })
     }
 
@@ -204,10 +208,7 @@ impl Store {
     }
 
     fn look_message_by_offset(&self, py: Python<'_>, offset: i64) -> PyResult<Option<MessageExt>> {
-        let store = &self.inner;
-        let m = py
-            .detach(|| store.look_message_by_offset(offset))
-            .into_py_result()?;
+        let m = self.run(py, |s| s.look_message_by_offset(offset))?;
         Ok(m.map(|inner| MessageExt { inner }))
     }
 
@@ -220,21 +221,18 @@ impl Store {
         max_bytes: i64,
         timeout_ms: u64,
     ) -> PyResult<(u64, i64, i64, i64)> {
-        let store = &self.inner;
-        let s = py
-            .detach(|| store.dispatch_step(max_bytes, Duration::from_millis(timeout_ms)))
-            .into_py_result()?;
+        let s = self.run(py, |s| {
+            s.dispatch_step(max_bytes, Duration::from_millis(timeout_ms))
+        })?;
         Ok((s.dispatched, s.bytes, s.reput_offset, s.behind))
     }
 
     fn dispatch_behind_bytes(&self, py: Python<'_>) -> PyResult<i64> {
-        let store = &self.inner;
-        py.detach(|| store.dispatch_behind_bytes()).into_py_result()
+        self.run(py, |s| s.dispatch_behind_bytes())
     }
 
     fn get_confirm_offset(&self, py: Python<'_>) -> PyResult<i64> {
-        let store = &self.inner;
-        py.detach(|| store.confirm_offset()).into_py_result()
+        self.run(py, |s| s.confirm_offset())
     }
 
     // -- reads ------------------------------------------------------------------------------
@@ -253,10 +251,9 @@ impl Store {
     ) -> PyResult<GetMessageResult> {
         let _ = group; // RocketMQ uses the group for statistics only.
         let filter = TagFilter::parse(subscription.unwrap_or("*"));
-        let store = &self.inner;
-        let r = py
-            .detach(|| store.get_message(topic, queue_id, offset, max_msg_nums, &filter))
-            .into_py_result()?;
+        let r = self.run(py, |s| {
+            s.get_message(topic, queue_id, offset, max_msg_nums, &filter)
+        })?;
         GetMessageResult::new(py, r)
     }
 
@@ -282,15 +279,11 @@ impl Store {
     }
 
     fn get_max_offset_in_queue(&self, py: Python<'_>, topic: &str, queue_id: i32) -> PyResult<i64> {
-        let store = &self.inner;
-        py.detach(|| store.max_offset_in_queue(topic, queue_id))
-            .into_py_result()
+        self.run(py, |s| s.max_offset_in_queue(topic, queue_id))
     }
 
     fn get_min_offset_in_queue(&self, py: Python<'_>, topic: &str, queue_id: i32) -> PyResult<i64> {
-        let store = &self.inner;
-        py.detach(|| store.min_offset_in_queue(topic, queue_id))
-            .into_py_result()
+        self.run(py, |s| s.min_offset_in_queue(topic, queue_id))
     }
 
     fn get_message_total_in_queue(
@@ -299,9 +292,7 @@ impl Store {
         topic: &str,
         queue_id: i32,
     ) -> PyResult<i64> {
-        let store = &self.inner;
-        py.detach(|| store.message_total_in_queue(topic, queue_id))
-            .into_py_result()
+        self.run(py, |s| s.message_total_in_queue(topic, queue_id))
     }
 
     fn get_commit_log_offset_in_queue(
@@ -311,9 +302,9 @@ impl Store {
         queue_id: i32,
         consume_queue_offset: i64,
     ) -> PyResult<i64> {
-        let store = &self.inner;
-        py.detach(|| store.commit_log_offset_in_queue(topic, queue_id, consume_queue_offset))
-            .into_py_result()
+        self.run(py, |s| {
+            s.commit_log_offset_in_queue(topic, queue_id, consume_queue_offset)
+        })
     }
 
     fn get_message_store_timestamp(
@@ -323,9 +314,9 @@ impl Store {
         queue_id: i32,
         consume_queue_offset: i64,
     ) -> PyResult<i64> {
-        let store = &self.inner;
-        py.detach(|| store.message_store_timestamp(topic, queue_id, consume_queue_offset))
-            .into_py_result()
+        self.run(py, |s| {
+            s.message_store_timestamp(topic, queue_id, consume_queue_offset)
+        })
     }
 
     fn get_earliest_message_time(
@@ -334,9 +325,7 @@ impl Store {
         topic: &str,
         queue_id: i32,
     ) -> PyResult<i64> {
-        let store = &self.inner;
-        py.detach(|| store.earliest_message_time(topic, queue_id))
-            .into_py_result()
+        self.run(py, |s| s.earliest_message_time(topic, queue_id))
     }
 
     #[pyo3(signature = (topic, queue_id, timestamp, boundary="lower"))]
@@ -357,9 +346,9 @@ impl Store {
                 )))
             }
         };
-        let store = &self.inner;
-        py.detach(|| store.offset_in_queue_by_time(topic, queue_id, timestamp, boundary))
-            .into_py_result()
+        self.run(py, |s| {
+            s.offset_in_queue_by_time(topic, queue_id, timestamp, boundary)
+        })
     }
 
     /// Bulk read of a queue as Arrow column buffers: `(rows, next_offset, {name: bytes})`;
@@ -374,10 +363,9 @@ impl Store {
         max_msgs: usize,
         include_properties: bool,
     ) -> PyResult<(usize, i64, Bound<'py, PyDict>)> {
-        let store = &self.inner;
-        let cols = py
-            .detach(|| store.read_batch(topic, queue_id, offset, max_msgs, include_properties))
-            .into_py_result()?;
+        let cols = self.run(py, |s| {
+            s.read_batch(topic, queue_id, offset, max_msgs, include_properties)
+        })?;
         let (rows, next) = (cols.rows, cols.next_offset);
         let d = PyDict::new(py);
         macro_rules! put {
@@ -397,39 +385,31 @@ impl Store {
     }
 
     fn topics(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        let store = &self.inner;
-        py.detach(|| store.topics()).into_py_result()
+        self.run(py, |s| s.topics())
     }
 
     fn queue_ids(&self, py: Python<'_>, topic: &str) -> PyResult<Vec<i32>> {
-        let store = &self.inner;
-        py.detach(|| store.queue_ids(topic)).into_py_result()
+        self.run(py, |s| s.queue_ids(topic))
     }
 
     fn get_max_phy_offset(&self, py: Python<'_>) -> PyResult<i64> {
-        let store = &self.inner;
-        py.detach(|| store.max_phy_offset()).into_py_result()
+        self.run(py, |s| s.max_phy_offset())
     }
 
     fn get_min_phy_offset(&self, py: Python<'_>) -> PyResult<i64> {
-        let store = &self.inner;
-        py.detach(|| store.min_phy_offset()).into_py_result()
+        self.run(py, |s| s.min_phy_offset())
     }
 
     fn next_queue_offset(&self, py: Python<'_>, topic: String, queue_id: i32) -> PyResult<i64> {
-        let store = &self.inner;
-        py.detach(|| store.next_queue_offset(&topic, queue_id))
-            .into_py_result()
+        self.run(py, |s| s.next_queue_offset(&topic, queue_id))
     }
 
     fn flush(&self, py: Python<'_>) -> PyResult<i64> {
-        let store = &self.inner;
-        py.detach(|| store.flush()).into_py_result()
+        self.run(py, |s| s.flush())
     }
 
     fn commitlog_segments<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let store = &self.inner;
-        let files = py.detach(|| store.commitlog_segments()).into_py_result()?;
+        let files = self.run(py, |s| s.commitlog_segments())?;
         PyList::new(py, files)
     }
 
@@ -475,8 +455,7 @@ impl Store {
     }
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let store = &self.inner;
-        py.detach(|| store.close()).into_py_result()
+        self.run(py, |s| s.close())
     }
 
     /// Checks an address string the way the store parses `store_host` / `born_host`.
