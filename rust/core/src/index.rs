@@ -933,6 +933,7 @@ impl IndexService {
         result
     }
 
+    /// [`IndexService::build_index`] into `file` (the caller holds the writer lock).
     #[allow(clippy::too_many_arguments)]
     fn build_into(
         &self,

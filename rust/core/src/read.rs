@@ -368,6 +368,47 @@ impl BatchColumns {
         BatchColumns::with_capacity(0)
     }
 
+    /// Appends the rows of `other` (read right after these).
+    fn append(&mut self, other: BatchColumns) {
+        fn offsets(dst: &mut Vec<i32>, src: &[i32]) {
+            let base = dst.last().copied().unwrap_or(0);
+            dst.extend(src.iter().skip(1).map(|o| o + base));
+        }
+        for r in 0..other.rows {
+            let row = self.rows + r;
+            if row % 8 == 0 {
+                self.tags_valid.push(0);
+            }
+            if other.tags_valid[r / 8] & (1 << (r % 8)) != 0 {
+                self.tags_valid[row / 8] |= 1 << (row % 8);
+            }
+        }
+        offsets(&mut self.topic_offsets, &other.topic_offsets);
+        offsets(&mut self.tags_offsets, &other.tags_offsets);
+        offsets(&mut self.keys_offsets, &other.keys_offsets);
+        offsets(&mut self.keys_list_offsets, &other.keys_list_offsets);
+        offsets(&mut self.props_key_offsets, &other.props_key_offsets);
+        offsets(&mut self.props_value_offsets, &other.props_value_offsets);
+        offsets(&mut self.props_map_offsets, &other.props_map_offsets);
+        offsets(&mut self.body_offsets, &other.body_offsets);
+        self.topic_data.extend_from_slice(&other.topic_data);
+        self.tags_data.extend_from_slice(&other.tags_data);
+        self.keys_data.extend_from_slice(&other.keys_data);
+        self.props_key_data.extend_from_slice(&other.props_key_data);
+        self.props_value_data
+            .extend_from_slice(&other.props_value_data);
+        self.body_data.extend_from_slice(&other.body_data);
+        self.queue_id.extend_from_slice(&other.queue_id);
+        self.queue_offset.extend_from_slice(&other.queue_offset);
+        self.commit_log_offset
+            .extend_from_slice(&other.commit_log_offset);
+        self.store_timestamp
+            .extend_from_slice(&other.store_timestamp);
+        self.born_timestamp.extend_from_slice(&other.born_timestamp);
+        self.rows += other.rows;
+        self.next_offset = other.next_offset;
+    }
+
     fn with_capacity(n: usize) -> BatchColumns {
         let mut c = BatchColumns {
             topic_offsets: Vec::with_capacity(n + 1),
@@ -466,8 +507,12 @@ impl BatchColumns {
 /// i32 offsets of the Arrow columns cannot overflow.
 pub const READ_BATCH_MAX_BYTES: usize = 512 * 1024 * 1024;
 
+/// Units from which a bulk read is split over two threads.
+pub const PARALLEL_READ_UNITS: usize = 16 * 1024;
+
 /// Bulk read of a queue from `offset`: up to `max_msgs` messages as Arrow column buffers,
-/// across consume queue segments. Units whose records are gone are skipped.
+/// across consume queue segments. Units whose records are gone are skipped. A large read is
+/// built by two threads, each over half of the units, and joined.
 pub fn read_batch(
     commitlog: &CommitLog,
     cq: &ConsumeQueue,
@@ -478,6 +523,42 @@ pub fn read_batch(
     let max = cq.max_offset();
     let start = offset.max(cq.min_offset());
     let n = (max - start).clamp(0, max_msgs as i64) as usize;
+    if n < PARALLEL_READ_UNITS {
+        return read_range(commitlog, cq, start, max, max_msgs, include_properties);
+    }
+    let mid = start + (n / 2) as i64;
+    let (mut first, second) = std::thread::scope(|s| {
+        let second = s.spawn(|| {
+            read_range(
+                commitlog,
+                cq,
+                mid,
+                start + n as i64,
+                n - n / 2,
+                include_properties,
+            )
+        });
+        let first = read_range(commitlog, cq, start, mid, n / 2, include_properties);
+        (first, second.join())
+    });
+    match second {
+        // The first half stopped early (size cap): the second would leave a gap.
+        Ok(second) if first.next_offset >= mid => first.append(second),
+        _ => {}
+    }
+    first
+}
+
+/// Reads units `[start, limit)`, at most `max_rows` messages.
+fn read_range(
+    commitlog: &CommitLog,
+    cq: &ConsumeQueue,
+    start: i64,
+    limit: i64,
+    max_rows: usize,
+    include_properties: bool,
+) -> BatchColumns {
+    let n = (limit - start).clamp(0, max_rows as i64) as usize;
     let mut cols = BatchColumns::with_capacity(n);
     // Size the body column from the record sizes in the queue so it never regrows.
     if n > 0 {
@@ -494,8 +575,9 @@ pub fn read_batch(
     }
     let mut next = start;
     let mut file: Option<std::sync::Arc<crate::mapped_file::MappedFile>> = None;
-    'units: while next < max && cols.rows < max_msgs {
-        let Some(units) = cq.units_from(next, max_msgs - cols.rows) else {
+    'units: while next < limit && cols.rows < max_rows {
+        let want = (max_rows - cols.rows).min((limit - next) as usize);
+        let Some(units) = cq.units_from(next, want) else {
             break;
         };
         if units.is_empty() {
@@ -521,8 +603,8 @@ pub fn read_batch(
             };
             if let Some(d) = view_record(data).filter(|d| d.physical_offset == u.phy_offset) {
                 cols.push(&d, cq.queue_id(), u.phy_offset, include_properties);
-                if cols.body_data.len() > READ_BATCH_MAX_BYTES
-                    || cols.props_value_data.len() > READ_BATCH_MAX_BYTES
+                if cols.body_data.len() > READ_BATCH_MAX_BYTES / 2
+                    || cols.props_value_data.len() > READ_BATCH_MAX_BYTES / 2
                 {
                     break 'units;
                 }
