@@ -752,6 +752,58 @@ impl IndexFile {
     }
 }
 
+/// Index keys of dispatched messages, hashed and waiting to be put together by
+/// [`IndexService::build_batch`].
+#[derive(Debug, Default)]
+pub struct IndexBatch {
+    hashes: Vec<i32>,
+    /// Per message: phy offset, store timestamp, end of its keys in `hashes`.
+    messages: Vec<(i64, i64, usize)>,
+    /// The last topic seen and the hash of `topic#`.
+    topic: String,
+    topic_prefix: i32,
+}
+
+impl IndexBatch {
+    /// Queues `topic#UNIQ_KEY` and `topic#k` for every non-empty space-separated `k` of `keys`,
+    /// in RocketMQ's order. ROLLBACK messages are not indexed.
+    pub fn add(
+        &mut self,
+        topic: &str,
+        keys: Option<&str>,
+        uniq_key: Option<&str>,
+        phy_offset: i64,
+        store_timestamp: i64,
+        sys_flag: i32,
+    ) {
+        if sysflag::transaction_value(sys_flag) == sysflag::TRANSACTION_ROLLBACK_TYPE {
+            return;
+        }
+        if self.topic != topic {
+            topic.clone_into(&mut self.topic);
+            self.topic_prefix = topic_prefix_hash(topic);
+        }
+        let prefix = self.topic_prefix;
+        let all = uniq_key.into_iter().chain(
+            keys.into_iter()
+                .flat_map(|k| k.split(crate::message::property::KEY_SEPARATOR))
+                .filter(|k| !k.is_empty()),
+        );
+        self.hashes.extend(all.map(|k| topic_key_hash(prefix, k)));
+        self.messages
+            .push((phy_offset, store_timestamp, self.hashes.len()));
+    }
+
+    /// Messages queued.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+}
+
 /// `QueryOffsetResult`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueryResult {
@@ -902,10 +954,7 @@ impl IndexService {
         self.index_msg_timestamp.load(Ordering::Acquire)
     }
 
-    /// `buildIndex` for one dispatched message: indexes `topic#uniq_key` and `topic#k` for every
-    /// non-empty space-separated `k` of `keys`. ROLLBACK messages and messages below the last
-    /// file's end phy offset (already indexed) are skipped. Rolls to a new file when the last is
-    /// full. An error means no index file could be created (RocketMQ then stops building).
+    /// `buildIndex` for one dispatched message (see [`IndexBatch::add`]).
     pub fn build_index(
         &self,
         topic: &str,
@@ -915,70 +964,45 @@ impl IndexService {
         store_timestamp: i64,
         sys_flag: i32,
     ) -> Result<()> {
+        let mut batch = IndexBatch::default();
+        batch.add(topic, keys, uniq_key, phy_offset, store_timestamp, sys_flag);
+        self.build_batch(&mut batch)
+    }
+
+    /// Puts the keys of a batch of dispatched messages, in order, and empties the batch.
+    /// Messages below the last file's end phy offset (already indexed) are skipped. Rolls to a
+    /// new file when the last is full. The slots of all the batch's keys are prefetched first,
+    /// so the misses of the index's random accesses overlap. An error means no index file could
+    /// be created (RocketMQ then stops building).
+    pub fn build_batch(&self, batch: &mut IndexBatch) -> Result<()> {
         let mut w = lock(&self.writer);
         let mut file = match w.take() {
             Some(f) if !f.is_write_full() => f,
             _ => self.retry_get_and_create_last_file()?,
         };
-        let result = self.build_into(
-            &mut file,
-            topic,
-            keys,
-            uniq_key,
-            phy_offset,
-            store_timestamp,
-            sys_flag,
-        );
-        *w = Some(file);
-        result
-    }
-
-    /// [`IndexService::build_index`] into `file` (the caller holds the writer lock).
-    #[allow(clippy::too_many_arguments)]
-    fn build_into(
-        &self,
-        file: &mut Arc<IndexFile>,
-        topic: &str,
-        keys: Option<&str>,
-        uniq_key: Option<&str>,
-        phy_offset: i64,
-        store_timestamp: i64,
-        sys_flag: i32,
-    ) -> Result<()> {
-        if phy_offset < file.end_phy_offset() {
-            return Ok(());
-        }
-        if sysflag::transaction_value(sys_flag) == sysflag::TRANSACTION_ROLLBACK_TYPE {
-            return Ok(());
-        }
-        // Hash every key first and prefetch their slots (the index's random accesses), then
-        // put them in RocketMQ's order: UNIQ_KEY, then each KEYS entry.
-        let prefix = topic_prefix_hash(topic);
-        let mut hashes = [0i32; 8];
-        let mut n = 0;
-        let mut more: Vec<i32> = Vec::new();
-        let all = uniq_key.into_iter().chain(
-            keys.into_iter()
-                .flat_map(|k| k.split(crate::message::property::KEY_SEPARATOR))
-                .filter(|k| !k.is_empty()),
-        );
-        for k in all {
-            let h = topic_key_hash(prefix, k);
+        for &h in &batch.hashes {
             file.prefetch_slot(h);
-            if n < hashes.len() {
-                hashes[n] = h;
-                n += 1;
-            } else {
-                more.push(h);
+        }
+        let mut result = Ok(());
+        let mut start = 0;
+        for &(phy_offset, store_timestamp, end) in &batch.messages {
+            if end > start && phy_offset >= file.end_phy_offset() {
+                result = self.put_keys(
+                    &mut file,
+                    &batch.hashes[start..end],
+                    phy_offset,
+                    store_timestamp,
+                );
+                if result.is_err() {
+                    break;
+                }
             }
+            start = end;
         }
-        if more.is_empty() {
-            self.put_keys(file, &hashes[..n], phy_offset, store_timestamp)?;
-        } else {
-            more.splice(0..0, hashes.iter().copied());
-            self.put_keys(file, &more, phy_offset, store_timestamp)?;
-        }
-        Ok(())
+        *w = Some(file);
+        batch.hashes.clear();
+        batch.messages.clear();
+        result
     }
 
     /// Puts a message's keys, rolling to a new file when the current one fills up.

@@ -8,7 +8,7 @@ use crate::commitlog::CommitLog;
 use crate::consume_queue::ConsumeQueue;
 use crate::consume_queue_store::ConsumeQueueStore;
 use crate::error::Result;
-use crate::index::IndexService;
+use crate::index::{IndexBatch, IndexService};
 use crate::mapped_file::MappedFile;
 use crate::message::{
     be_i32, check_record, sysflag, tags_code, view_record, DispatchProps, RecordCheck, RecordView,
@@ -69,35 +69,53 @@ enum Targets {
     Index,
 }
 
-/// Builds the consume queue unit and/or index keys of one record (`doDispatch`).
-fn dispatch_one(
-    d: &RecordView<'_>,
-    cqs: &ConsumeQueueStore,
-    index: Option<&IndexService>,
-    cache: &mut CqCache,
+/// Index keys are put this many messages at a time (their slot misses overlap).
+const INDEX_BATCH: usize = 16;
+
+/// The dispatchers of one pass (`doDispatch` for each record).
+struct Dispatcher<'a> {
+    cqs: &'a ConsumeQueueStore,
+    index: Option<&'a IndexService>,
     targets: Targets,
-) -> Result<()> {
-    let topic = String::from_utf8_lossy(d.topic);
-    let props = DispatchProps::scan(d.properties);
-    let tx = d.transaction_type();
-    if targets != Targets::Index
-        && (tx == sysflag::TRANSACTION_NOT_TYPE || tx == sysflag::TRANSACTION_COMMIT_TYPE)
-    {
-        cache.put(cqs, &topic, d, tags_code(props.tags))?;
+    cache: CqCache,
+    batch: IndexBatch,
+}
+
+impl Dispatcher<'_> {
+    fn record(&mut self, d: &RecordView<'_>) -> Result<()> {
+        let topic = String::from_utf8_lossy(d.topic);
+        let props = DispatchProps::scan(d.properties);
+        let tx = d.transaction_type();
+        if self.targets != Targets::Index
+            && (tx == sysflag::TRANSACTION_NOT_TYPE || tx == sysflag::TRANSACTION_COMMIT_TYPE)
+        {
+            self.cache.put(self.cqs, &topic, d, tags_code(props.tags))?;
+        }
+        if self.targets != Targets::ConsumeQueues {
+            if let Some(index) = self.index {
+                self.batch.add(
+                    &topic,
+                    props.keys,
+                    props.uniq_key,
+                    d.physical_offset,
+                    d.store_timestamp,
+                    d.sys_flag,
+                );
+                if self.batch.len() >= INDEX_BATCH {
+                    index.build_batch(&mut self.batch)?;
+                }
+            }
+        }
+        Ok(())
     }
-    if targets != Targets::ConsumeQueues {
-        if let Some(index) = index {
-            index.build_index(
-                &topic,
-                props.keys,
-                props.uniq_key,
-                d.physical_offset,
-                d.store_timestamp,
-                d.sys_flag,
-            )?;
+
+    /// Puts what is still batched.
+    fn finish(&mut self) -> Result<()> {
+        match self.index {
+            Some(index) if !self.batch.is_empty() => index.build_batch(&mut self.batch),
+            _ => Ok(()),
         }
     }
-    Ok(())
 }
 
 /// Confirmed bytes from which dispatch builds consume queues and index files on two threads at
@@ -149,7 +167,9 @@ pub fn reput(
     Ok(step)
 }
 
-/// One pass over the records in `[*from, end)`, at most about `max_bytes`.
+/// One pass over the records in `[*from, end)`, at most about `max_bytes`. `*from` moves only
+/// once everything up to the new position is built, so a failed pass is simply redone (consume
+/// queue units and index keys already built are skipped).
 fn pass(
     commitlog: &CommitLog,
     cqs: &ConsumeQueueStore,
@@ -160,14 +180,21 @@ fn pass(
     targets: Targets,
 ) -> Result<ReputStep> {
     let mut step = ReputStep::default();
-    let mut cache = CqCache { last: None };
+    let mut dispatcher = Dispatcher {
+        cqs,
+        index,
+        targets,
+        cache: CqCache { last: None },
+        batch: IndexBatch::default(),
+    };
     let file_size = commitlog.queue().file_size();
-    'files: while *from < end && step.bytes < max_bytes {
-        let Some((file, limit)) = commitlog.read_from(*from, end) else {
+    let mut pos = *from;
+    'files: while pos < end && step.bytes < max_bytes {
+        let Some((file, limit)) = commitlog.read_from(pos, end) else {
             break;
         };
-        let pos = *from - file.file_from_offset();
-        let Some(data) = file.read(pos, limit - pos) else {
+        let in_file = pos - file.file_from_offset();
+        let Some(data) = file.read(in_file, limit - in_file) else {
             break;
         };
         let mut at = 0usize;
@@ -178,54 +205,43 @@ fn pass(
             // Fast path: a whole message record viewed in place; anything else goes through the
             // full check for its exact outcome.
             let rest = &data[at..];
-            if rest.len() >= 8 {
-                let total = be_i32(rest, 0);
-                if total > 0 && total as usize <= rest.len() {
-                    if let Some(v) = view_record(&rest[..total as usize]) {
-                        dispatch_one(&v, cqs, index, &mut cache, targets)?;
-                        at += total as usize;
-                        *from += i64::from(total);
-                        step.bytes += i64::from(total);
-                        step.dispatched += 1;
-                        continue;
-                    }
-                }
+            let total = if rest.len() >= 8 { be_i32(rest, 0) } else { 0 };
+            let view = (total > 0 && total as usize <= rest.len())
+                .then(|| view_record(&rest[..total as usize]))
+                .flatten();
+            if let Some(v) = view {
+                dispatcher.record(&v)?;
+                at += total as usize;
+                pos += i64::from(total);
+                step.bytes += i64::from(total);
+                step.dispatched += 1;
+                continue;
             }
             match check_record(rest, false) {
-                RecordCheck::Message(d) => {
-                    // Valid by the full check but not by the view: cannot happen, as both read
-                    // the same fields; dispatch it through the view of its own bytes anyway.
-                    let Some(v) = view_record(&rest[..d.total_size as usize]) else {
-                        break 'files;
-                    };
-                    dispatch_one(&v, cqs, index, &mut cache, targets)?;
-                    let size = d.total_size as usize;
-                    at += size;
-                    *from += size as i64;
-                    step.bytes += size as i64;
-                    step.dispatched += 1;
-                }
                 RecordCheck::Blank { .. } => {
                     let next = file.file_from_offset() + file_size;
-                    step.bytes += next - *from;
-                    *from = next;
+                    step.bytes += next - pos;
+                    pos = next;
                     continue 'files;
                 }
                 RecordCheck::Invalid { size, reason } if size > 0 => {
                     log::error!(
                         target: "rmqstore.reput",
-                        "[BUG] invalid record at commitlog offset {} ({reason}); skipping {size} bytes",
-                        *from
+                        "[BUG] invalid record at commitlog offset {pos} ({reason}); skipping {size} bytes"
                     );
                     at += size as usize;
-                    *from += i64::from(size);
+                    pos += i64::from(size);
                     step.bytes += i64::from(size);
                 }
-                RecordCheck::Invalid { reason, .. } => {
+                other => {
+                    // A record the full check accepts always has a view; anything else stops.
+                    let reason = match other {
+                        RecordCheck::Invalid { reason, .. } => reason,
+                        _ => "record fields disagree",
+                    };
                     log::error!(
                         target: "rmqstore.reput",
-                        "dispatch stopped: no valid record at commitlog offset {} ({reason})",
-                        *from
+                        "dispatch stopped: no valid record at commitlog offset {pos} ({reason})"
                     );
                     break 'files;
                 }
@@ -235,5 +251,7 @@ fn pass(
             break;
         }
     }
+    dispatcher.finish()?;
+    *from = pos;
     Ok(step)
 }
