@@ -288,6 +288,8 @@ pub struct IndexFile {
     path: PathBuf,
     file_name: String,
     hash_slot_num: i32,
+    /// `keyHash % hashSlotNum` by multiplication (a division per key is slow).
+    slot_mod: FastMod,
     index_num: i32,
     map: MmapRaw,
     /// Number of 4-byte words in the mapping.
@@ -348,6 +350,7 @@ impl IndexFile {
             }
         };
         f.flushed_count.store(-1, Ordering::Relaxed);
+        f.populate_slots();
         if end_phy_offset > 0 {
             f.begin_phy_offset.store(end_phy_offset, Ordering::Relaxed);
             f.end_phy_offset.store(end_phy_offset, Ordering::Relaxed);
@@ -361,6 +364,24 @@ impl IndexFile {
             f.put_i64(W_END_TIMESTAMP, end_timestamp);
         }
         Ok(f)
+    }
+
+    /// Faults the header and slot table in, writable, in one call (`MADV_POPULATE_WRITE`):
+    /// slots are written at random, and a page fault for each first touch would otherwise land
+    /// on the dispatch thread one by one. Entries are written in order and fault as they go.
+    /// Kernels without the advice just skip it.
+    fn populate_slots(&self) {
+        let bytes = (HEADER_WORDS + self.hash_slot_num as usize) * 4;
+        let len = bytes.div_ceil(4096) * 4096;
+        let len = len.min(self.words * 4);
+        // SAFETY: the range lies inside this mapping; the advice only faults pages in.
+        unsafe {
+            libc::madvise(
+                self.map.as_mut_ptr().cast::<libc::c_void>(),
+                len,
+                libc::MADV_POPULATE_WRITE,
+            );
+        }
     }
 
     /// Maps an existing index file and loads its header (`indexCount <= 0` is taken as 1).
@@ -431,6 +452,7 @@ impl IndexFile {
             path: path.to_path_buf(),
             file_name,
             hash_slot_num,
+            slot_mod: FastMod::new(hash_slot_num as u32),
             index_num,
             words: map.len() / 4,
             map,
@@ -478,7 +500,9 @@ impl IndexFile {
     }
 
     fn slot_word(&self, key_hash: i32) -> usize {
-        HEADER_WORDS + (key_hash % self.hash_slot_num) as usize
+        // `key_hash` is never negative (`index_key_hash`); a negative one would be a bug, and
+        // lands on slot 0 rather than outside the table.
+        HEADER_WORDS + self.slot_mod.rem(u32::try_from(key_hash).unwrap_or(0)) as usize
     }
 
     /// Word position of entry `n` (`n` must be in `0..index_num`).
@@ -592,18 +616,17 @@ impl IndexFile {
         phy_offset: i64,
         store_timestamp: i64,
     ) -> usize {
-        let _w = lock(&self.writer);
-        let mut put = 0;
-        for &key_hash in key_hashes {
-            if !self.put_entry(key_hash, phy_offset, store_timestamp) {
-                break;
-            }
-            put += 1;
+        self.writer().put(key_hashes, phy_offset, store_timestamp)
+    }
+
+    /// Takes the file's writer lock for several puts; the header is written once, when the
+    /// writer is dropped.
+    pub fn writer(&self) -> IndexFileWriter<'_> {
+        IndexFileWriter {
+            file: self,
+            _guard: lock(&self.writer),
+            wrote: false,
         }
-        if put > 0 {
-            self.write_header();
-        }
-        put
     }
 
     /// One entry of `putKey`, without the header update. Callers hold the writer lock.
@@ -748,6 +771,60 @@ impl IndexFile {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(StoreError::io("cannot delete index file", &self.path, e)),
+        }
+    }
+}
+
+/// `a % d` for a fixed 32-bit divisor by two multiplications (Lemire, Kaser and Kurz, "Faster
+/// remainder by direct computation", 2019).
+#[derive(Clone, Copy, Debug)]
+struct FastMod {
+    d: u32,
+    m: u64,
+}
+
+impl FastMod {
+    fn new(d: u32) -> FastMod {
+        let d = d.max(1);
+        FastMod {
+            d,
+            m: (u64::MAX / u64::from(d)).wrapping_add(1),
+        }
+    }
+
+    #[inline]
+    fn rem(self, a: u32) -> u32 {
+        let low = self.m.wrapping_mul(u64::from(a));
+        ((u128::from(low) * u128::from(self.d)) >> 64) as u32
+    }
+}
+
+/// Exclusive writing access to one index file (see [`IndexFile::writer`]).
+pub struct IndexFileWriter<'a> {
+    file: &'a IndexFile,
+    _guard: MutexGuard<'a, ()>,
+    wrote: bool,
+}
+
+impl IndexFileWriter<'_> {
+    /// Puts the keys of one message; returns how many fit (the rest go to the next file).
+    pub fn put(&mut self, key_hashes: &[i32], phy_offset: i64, store_timestamp: i64) -> usize {
+        let mut put = 0;
+        for &key_hash in key_hashes {
+            if !self.file.put_entry(key_hash, phy_offset, store_timestamp) {
+                break;
+            }
+            put += 1;
+        }
+        self.wrote |= put > 0;
+        put
+    }
+}
+
+impl Drop for IndexFileWriter<'_> {
+    fn drop(&mut self) {
+        if self.wrote {
+            self.file.write_header();
         }
     }
 }
@@ -983,54 +1060,57 @@ impl IndexService {
         for &h in &batch.hashes {
             file.prefetch_slot(h);
         }
+        // One writer lock for the whole batch; a full file is replaced and the message that did
+        // not fit continues in the new one (whose end phy offset is then that message's).
         let mut result = Ok(());
-        let mut start = 0;
-        for &(phy_offset, store_timestamp, end) in &batch.messages {
-            if end > start && phy_offset >= file.end_phy_offset() {
-                result = self.put_keys(
-                    &mut file,
-                    &batch.hashes[start..end],
-                    phy_offset,
-                    store_timestamp,
-                );
-                if result.is_err() {
-                    break;
+        let (mut i, mut start) = (0, 0);
+        while i < batch.messages.len() {
+            let mut full = false;
+            {
+                let mut writer = file.writer();
+                while i < batch.messages.len() {
+                    let (phy_offset, store_timestamp, end) = batch.messages[i];
+                    if end > start && phy_offset >= file.end_phy_offset() {
+                        let keys = &batch.hashes[start..end];
+                        let done = writer.put(keys, phy_offset, store_timestamp);
+                        if done < keys.len() {
+                            start += done;
+                            full = true;
+                            break;
+                        }
+                    }
+                    start = end;
+                    i += 1;
                 }
             }
-            start = end;
-        }
-        *w = Some(file);
-        batch.hashes.clear();
-        batch.messages.clear();
-        result
-    }
-
-    /// Puts a message's keys, rolling to a new file when the current one fills up.
-    fn put_keys(
-        &self,
-        file: &mut Arc<IndexFile>,
-        key_hashes: &[i32],
-        phy_offset: i64,
-        store_timestamp: i64,
-    ) -> Result<()> {
-        let mut done = 0;
-        // A fresh file always has room for a message's keys; the bound is defensive.
-        for _ in 0..key_hashes.len() + 4 {
-            done += file.put_key_hashes(&key_hashes[done..], phy_offset, store_timestamp);
-            if done == key_hashes.len() {
-                return Ok(());
+            if !full {
+                break;
             }
             log::debug!(
                 target: LOG_TARGET,
                 "index file {} is full, trying to create another one",
                 file.path().display()
             );
-            *file = self.retry_get_and_create_last_file()?;
+            let fresh = match self.retry_get_and_create_last_file() {
+                Ok(f) => f,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            if Arc::ptr_eq(&fresh, &file) || fresh.is_write_full() {
+                result = Err(StoreError::corrupted(
+                    fresh.path(),
+                    "a new index file refused a key",
+                ));
+                break;
+            }
+            file = fresh;
         }
-        Err(StoreError::corrupted(
-            file.path(),
-            "a new index file refused a key",
-        ))
+        *w = Some(file);
+        batch.hashes.clear();
+        batch.messages.clear();
+        result
     }
 
     /// `retryGetAndCreateIndexFile`: up to [`MAX_TRY_IDX_CREATE`] attempts, 1 s apart.
@@ -1298,6 +1378,36 @@ fn flush_file(file: &IndexFile, index_msg_timestamp: &AtomicI64) -> Result<()> {
 impl Drop for IndexService {
     fn drop(&mut self) {
         self.join_pending_flushes();
+    }
+}
+
+#[cfg(test)]
+mod fastmod_tests {
+    use super::FastMod;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn equals_the_remainder(a in any::<u32>(), d in 1u32..) {
+            prop_assert_eq!(FastMod::new(d).rem(a), a % d);
+        }
+    }
+
+    #[test]
+    fn edges() {
+        for d in [1u32, 2, 3, 7, 5_000_000, u32::MAX] {
+            for a in [
+                0u32,
+                1,
+                d - 1,
+                d,
+                d.wrapping_add(1),
+                i32::MAX as u32,
+                u32::MAX,
+            ] {
+                assert_eq!(FastMod::new(d).rem(a), a % d, "{a} % {d}");
+            }
+        }
     }
 }
 

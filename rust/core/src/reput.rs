@@ -69,6 +69,27 @@ enum Targets {
     Index,
 }
 
+/// Hints the CPU to fetch the head of the next record (and of the one after, assuming the same
+/// size) while this one is dispatched: records are read one or two cache lines each, too far
+/// apart for the hardware prefetcher to follow.
+#[inline]
+fn prefetch_next(data: &[u8], this: usize, next: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for at in [next, next + (next - this)] {
+        if at < data.len() {
+            // SAFETY: the address is inside `data`; a prefetch never faults.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch(
+                    data.as_ptr().add(at).cast::<i8>(),
+                    std::arch::x86_64::_MM_HINT_T0,
+                );
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, this, next);
+}
+
 /// Index keys are put this many messages at a time (their slot misses overlap).
 const INDEX_BATCH: usize = 16;
 
@@ -210,6 +231,7 @@ fn pass(
                 .then(|| view_record(&rest[..total as usize]))
                 .flatten();
             if let Some(v) = view {
+                prefetch_next(data, at, at + total as usize);
                 dispatcher.record(&v)?;
                 at += total as usize;
                 pos += i64::from(total);
