@@ -51,7 +51,7 @@ def test_dispatch_vs_append(benchmark, open_store, scaled) -> None:
         append_times.append(t1 - t0)
         dispatch_times.append(t2 - t1)
 
-    benchmark.pedantic(round_trip, rounds=scaled(5, 2), iterations=1)
+    benchmark.pedantic(round_trip, rounds=scaled(7, 3), iterations=1)
     append_times.sort()
     dispatch_times.sort()
     n = batches * batch
