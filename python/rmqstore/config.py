@@ -67,7 +67,10 @@ class StoreConfig:
     mapped_file_size_commit_log: int = _GiB
     #: ``maxMessageSize``: largest body in bytes (4 MiB); a record may exceed it by 64 KiB.
     max_message_size: int = 4 * _MiB
-    #: ``flushDiskType``: ``"ASYNC_FLUSH"`` or ``"SYNC_FLUSH"``.
+    #: ``flushDiskType``: ``"ASYNC_FLUSH"`` or ``"SYNC_FLUSH"``. In SYNC_FLUSH mode dispatch
+    #: (and so every read by queue or key) sees only flushed bytes, as RocketMQ's. The flush
+    #: services (periodic flush, group commit) are not built yet: until they are, bytes are
+    #: forced by :meth:`MessageStore.flush` and at close only, in both modes.
     flush_disk_type: str = FlushDiskType.ASYNC_FLUSH.value
     #: ``warmMapedFileEnable``: pre-fault and ``mlock`` each new commitlog segment.
     warm_mapped_file_enable: bool = False
