@@ -94,7 +94,7 @@ def test_get_message_rate(benchmark, filled_queue) -> None:
         return got
 
     benchmark.extra_info.update(metric="get_message_32", messages=n, bytes=n * 128)
-    benchmark.pedantic(walk, rounds=3, iterations=1)
+    benchmark.pedantic(walk, rounds=3, iterations=1, warmup_rounds=1)
 
 
 def test_read_batch_rate(benchmark, filled_queue) -> None:
@@ -112,7 +112,7 @@ def test_read_batch_rate(benchmark, filled_queue) -> None:
         return got
 
     benchmark.extra_info.update(metric="read_batch", messages=n, bytes=n * 128)
-    benchmark.pedantic(walk, rounds=3, iterations=1)
+    benchmark.pedantic(walk, rounds=3, iterations=1, warmup_rounds=1)
 
 
 def test_query_message_latency(benchmark, open_store, scaled) -> None:
