@@ -1057,7 +1057,10 @@ impl IndexService {
             Some(f) if !f.is_write_full() => f,
             _ => self.retry_get_and_create_last_file()?,
         };
-        for &h in &batch.hashes {
+        // Slots are prefetched this many keys ahead of the put that needs them.
+        const AHEAD: usize = 32;
+        let mut prefetched = batch.hashes.len().min(AHEAD);
+        for &h in &batch.hashes[..prefetched] {
             file.prefetch_slot(h);
         }
         // One writer lock for the whole batch; a full file is replaced and the message that did
@@ -1070,6 +1073,11 @@ impl IndexService {
                 let mut writer = file.writer();
                 while i < batch.messages.len() {
                     let (phy_offset, store_timestamp, end) = batch.messages[i];
+                    let horizon = (end + AHEAD).min(batch.hashes.len());
+                    while prefetched < horizon {
+                        file.prefetch_slot(batch.hashes[prefetched]);
+                        prefetched += 1;
+                    }
                     if end > start && phy_offset >= file.end_phy_offset() {
                         let keys = &batch.hashes[start..end];
                         let done = writer.put(keys, phy_offset, store_timestamp);

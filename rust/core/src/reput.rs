@@ -2,12 +2,13 @@
 //! consume queues and index files from them. One call does one chunk; the service loop lives
 //! in Python (`rmqstore._services.ReputMessageService`).
 
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 
 use crate::commitlog::CommitLog;
 use crate::consume_queue::ConsumeQueue;
 use crate::consume_queue_store::ConsumeQueueStore;
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::index::{IndexBatch, IndexService};
 use crate::mapped_file::MappedFile;
 use crate::message::{
@@ -61,14 +62,6 @@ impl CqCache {
     }
 }
 
-/// Which dispatchers a pass over the commitlog runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Targets {
-    Both,
-    ConsumeQueues,
-    Index,
-}
-
 /// Hints the CPU to fetch what the next records' dispatch reads while this one is dispatched:
 /// the head of the record after next (assuming this size), and the tail of the next record
 /// (topic and properties; its size was fetched one record earlier). Records are read a few
@@ -83,7 +76,11 @@ fn prefetch_next(data: &[u8], this: usize, next: usize) {
         usize::MAX
     };
     #[cfg(target_arch = "x86_64")]
-    for at in [next + (next - this), next_tail, next_tail.saturating_add(64)] {
+    for at in [
+        next + (next - this),
+        next_tail,
+        next_tail.saturating_add(64),
+    ] {
         if at < data.len() {
             // SAFETY: the address is inside `data`; a prefetch never faults.
             unsafe {
@@ -100,12 +97,22 @@ fn prefetch_next(data: &[u8], this: usize, next: usize) {
 
 /// Index keys are put this many messages at a time (their slot misses overlap).
 const INDEX_BATCH: usize = 16;
+/// Messages per batch handed to the index thread.
+const INDEX_HANDOFF: usize = 256;
+
+/// Where a pass's index keys go.
+enum IndexOut<'a> {
+    None,
+    /// Put on this thread.
+    Inline(&'a IndexService),
+    /// Hashed here, put by the index thread.
+    Channel(SyncSender<IndexBatch>),
+}
 
 /// The dispatchers of one pass (`doDispatch` for each record).
 struct Dispatcher<'a> {
     cqs: &'a ConsumeQueueStore,
-    index: Option<&'a IndexService>,
-    targets: Targets,
+    index: IndexOut<'a>,
     cache: CqCache,
     batch: IndexBatch,
 }
@@ -115,45 +122,53 @@ impl Dispatcher<'_> {
         let topic = String::from_utf8_lossy(d.topic);
         let props = DispatchProps::scan(d.properties);
         let tx = d.transaction_type();
-        if self.targets != Targets::Index
-            && (tx == sysflag::TRANSACTION_NOT_TYPE || tx == sysflag::TRANSACTION_COMMIT_TYPE)
-        {
+        if tx == sysflag::TRANSACTION_NOT_TYPE || tx == sysflag::TRANSACTION_COMMIT_TYPE {
             self.cache.put(self.cqs, &topic, d, tags_code(props.tags))?;
         }
-        if self.targets != Targets::ConsumeQueues {
-            if let Some(index) = self.index {
-                self.batch.add(
-                    &topic,
-                    props.keys,
-                    props.uniq_key,
-                    d.physical_offset,
-                    d.store_timestamp,
-                    d.sys_flag,
-                );
-                if self.batch.len() >= INDEX_BATCH {
-                    index.build_batch(&mut self.batch)?;
-                }
-            }
+        if matches!(self.index, IndexOut::None) {
+            return Ok(());
         }
-        Ok(())
+        self.batch.add(
+            &topic,
+            props.keys,
+            props.uniq_key,
+            d.physical_offset,
+            d.store_timestamp,
+            d.sys_flag,
+        );
+        match &self.index {
+            IndexOut::Inline(index) if self.batch.len() >= INDEX_BATCH => {
+                index.build_batch(&mut self.batch)
+            }
+            IndexOut::Channel(out) if self.batch.len() >= INDEX_HANDOFF => out
+                .send(std::mem::take(&mut self.batch))
+                .map_err(|_| StoreError::Internal("the index dispatch thread stopped".into())),
+            _ => Ok(()),
+        }
     }
 
-    /// Puts what is still batched.
+    /// Puts (or hands over) what is still batched.
     fn finish(&mut self) -> Result<()> {
-        match self.index {
-            Some(index) if !self.batch.is_empty() => index.build_batch(&mut self.batch),
-            _ => Ok(()),
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        match &self.index {
+            IndexOut::Inline(index) => index.build_batch(&mut self.batch),
+            IndexOut::Channel(out) => out
+                .send(std::mem::take(&mut self.batch))
+                .map_err(|_| StoreError::Internal("the index dispatch thread stopped".into())),
+            IndexOut::None => Ok(()),
         }
     }
 }
 
-/// Confirmed bytes from which dispatch builds consume queues and index files on two threads at
-/// once (each pass parses the records itself; below this a second thread is not worth starting).
+/// Confirmed bytes from which dispatch hands index building to a second thread (below this a
+/// second thread is not worth starting).
 pub const PARALLEL_DISPATCH_BYTES: i64 = 4 * 1024 * 1024;
 
-/// Dispatches from `*from` up to the confirm offset, at most about `max_bytes` of records. A
-/// large backlog is dispatched by two threads, one building consume queues and one building the
-/// index, over the same records; both stop at the same record, so the offset moves once.
+/// Dispatches from `*from` up to the confirm offset, at most about `max_bytes` of records. For a
+/// large backlog this thread parses the records, builds the consume queues and hashes the index
+/// keys, and a second thread puts the keys into the index; the offset moves once both are done.
 pub fn reput(
     commitlog: &CommitLog,
     cqs: &ConsumeQueueStore,
@@ -167,29 +182,47 @@ pub fn reput(
         *from = min;
     }
     let end = commitlog.confirm_offset();
-    let start = *from;
-    let mut step = if index.is_some() && (end - start).min(max_bytes) >= PARALLEL_DISPATCH_BYTES {
-        let run = |targets: Targets| {
-            let mut at = start;
-            pass(commitlog, cqs, index, &mut at, end, max_bytes, targets).map(|step| (step, at))
-        };
-        let (cq_pass, index_pass) = std::thread::scope(|s| {
-            let index_pass = s.spawn(|| run(Targets::Index));
-            let cq_pass = run(Targets::ConsumeQueues);
-            let index_pass = index_pass.join().unwrap_or_else(|_| {
-                Err(crate::error::StoreError::Internal(
-                    "the index dispatch thread panicked".into(),
-                ))
+    let mut step = match index {
+        Some(index) if (end - *from).min(max_bytes) >= PARALLEL_DISPATCH_BYTES => {
+            let (out, batches) = sync_channel::<IndexBatch>(8);
+            let mut at = *from;
+            let (parsed, indexed) = std::thread::scope(|s| {
+                let indexer = s.spawn(move || -> Result<()> {
+                    for mut batch in batches {
+                        index.build_batch(&mut batch)?;
+                    }
+                    Ok(())
+                });
+                let parsed = pass(
+                    commitlog,
+                    cqs,
+                    IndexOut::Channel(out),
+                    &mut at,
+                    end,
+                    max_bytes,
+                );
+                let indexed = indexer.join().unwrap_or_else(|_| {
+                    Err(StoreError::Internal(
+                        "the index dispatch thread panicked".into(),
+                    ))
+                });
+                (parsed, indexed)
             });
-            (cq_pass, index_pass)
-        });
-        let (cq_step, cq_at) = cq_pass?;
-        let (_, index_at) = index_pass?;
-        // Both passes apply the same stop rule to the same bytes.
-        *from = cq_at.min(index_at);
-        cq_step
-    } else {
-        pass(commitlog, cqs, index, from, end, max_bytes, Targets::Both)?
+            // The index thread's own error explains a failed hand-over best.
+            indexed?;
+            let step = parsed?;
+            *from = at;
+            step
+        }
+        Some(index) => pass(
+            commitlog,
+            cqs,
+            IndexOut::Inline(index),
+            from,
+            end,
+            max_bytes,
+        )?,
+        None => pass(commitlog, cqs, IndexOut::None, from, end, max_bytes)?,
     };
     step.reput_offset = *from;
     step.behind = (commitlog.confirm_offset() - *from).max(0);
@@ -202,17 +235,15 @@ pub fn reput(
 fn pass(
     commitlog: &CommitLog,
     cqs: &ConsumeQueueStore,
-    index: Option<&IndexService>,
+    index: IndexOut<'_>,
     from: &mut i64,
     end: i64,
     max_bytes: i64,
-    targets: Targets,
 ) -> Result<ReputStep> {
     let mut step = ReputStep::default();
     let mut dispatcher = Dispatcher {
         cqs,
         index,
-        targets,
         cache: CqCache { last: None },
         batch: IndexBatch::default(),
     };
