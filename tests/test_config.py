@@ -41,6 +41,13 @@ def test_defaults_are_rocketmqs() -> None:
         "max_transfer_bytes_on_message_in_disk": 65536,
         "access_message_in_memory_max_ratio": 40,
         "max_filter_message_size": 16000,
+        "sync_flush_timeout": 5000,
+        "flush_interval_commit_log": 500,
+        "flush_commit_log_least_pages": 4,
+        "flush_commit_log_thorough_interval": 10000,
+        "flush_interval_consume_queue": 1000,
+        "flush_consume_queue_least_pages": 2,
+        "flush_consume_queue_thorough_interval": 60000,
     }
 
 

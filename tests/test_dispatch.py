@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rmqstore
 from rmqstore import GetMessageStatus, Message, MessageStore, PutMessageResult
 from rmqwire import (
     CQ_FILE_SIZE,
@@ -81,8 +82,12 @@ def test_reput_async_flush_dispatches_everything(open_small) -> None:
 
 
 def test_reput_sync_flush_dispatches_only_what_is_flushed(open_small) -> None:
-    store = open_small(flush_disk_type="SYNC_FLUSH")
+    # RocketMQ's test mocks the flush service; here the group-commit service is paused, so the
+    # puts wait sync_flush_timeout for a force that never comes and answer FLUSH_DISK_TIMEOUT.
+    store = open_small(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=20)
+    store._pause_service("GroupCommitService")
     rs = put_foobar(store)
+    assert {r.status for r in rs} == {rmqstore.PutMessageStatus.FLUSH_DISK_TIMEOUT}
     time.sleep(0.2)  # give dispatch every chance
     assert store.get_confirm_offset() == 0
     assert store.dispatch_behind_bytes() == 0

@@ -14,8 +14,16 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._rmqstore import Store
+    from .config import StoreConfig
 
-__all__ = ["AllocateMappedFileService", "ReputMessageService", "ServiceThread"]
+__all__ = [
+    "AllocateMappedFileService",
+    "FlushConsumeQueueService",
+    "FlushRealTimeService",
+    "GroupCommitService",
+    "ReputMessageService",
+    "ServiceThread",
+]
 
 log = logging.getLogger("rmqstore.services")
 
@@ -146,3 +154,105 @@ class ReputMessageService(ServiceThread):
             "dispatched": float(self.dispatched),
             "failures": float(self.failures),
         }
+
+
+class _PeriodicFlush(ServiceThread):
+    """Forces pages every ``interval`` ms when at least ``least_pages`` are waiting, and
+    everything written every ``thorough`` ms (RocketMQ's flush services)."""
+
+    def __init__(self, core: Store, interval_ms: int, least_pages: int, thorough_ms: int) -> None:
+        super().__init__()
+        self._core = core
+        self.interval = interval_ms / 1000
+        self.least_pages = least_pages
+        self.thorough = thorough_ms / 1000
+        self._last_thorough = time.monotonic()
+        self.rounds = 0
+        self.failures = 0
+
+    def flush(self, least_pages: int) -> None:
+        raise NotImplementedError
+
+    def run_once(self) -> bool:
+        if self._stopped.wait(self.interval):
+            return False
+        least = self.least_pages
+        now = time.monotonic()
+        if now - self._last_thorough >= self.thorough:
+            self._last_thorough = now
+            least = 0
+        try:
+            self.flush(least)
+            self.rounds += 1
+        except Exception:
+            if self._stopped.is_set():
+                return False
+            self.failures += 1
+            log.exception("%s: force failed", self.name)
+        return True
+
+    def stats(self) -> dict[str, float]:
+        return {**super().stats(), "rounds": float(self.rounds), "failures": float(self.failures)}
+
+
+class FlushRealTimeService(_PeriodicFlush):
+    """ASYNC_FLUSH: forces the commitlog every ``flush_interval_commit_log`` ms."""
+
+    name = "FlushRealTimeService"
+
+    @classmethod
+    def for_config(cls, core: Store, cfg: StoreConfig) -> FlushRealTimeService:
+        return cls(
+            core,
+            cfg.flush_interval_commit_log,
+            cfg.flush_commit_log_least_pages,
+            cfg.flush_commit_log_thorough_interval,
+        )
+
+    def flush(self, least_pages: int) -> None:
+        self._core.flush_commitlog(least_pages)
+
+
+class FlushConsumeQueueService(_PeriodicFlush):
+    """Forces the consume queues every ``flush_interval_consume_queue`` ms."""
+
+    name = "FlushConsumeQueueService"
+
+    @classmethod
+    def for_config(cls, core: Store, cfg: StoreConfig) -> FlushConsumeQueueService:
+        return cls(
+            core,
+            cfg.flush_interval_consume_queue,
+            cfg.flush_consume_queue_least_pages,
+            cfg.flush_consume_queue_thorough_interval,
+        )
+
+    def flush(self, least_pages: int) -> None:
+        self._core.flush_consume_queues(least_pages)
+
+
+class GroupCommitService(ServiceThread):
+    """SYNC_FLUSH: forces the commitlog for every put waiting on it; many waiting puts share
+    one force. Producers wait in Rust without the GIL."""
+
+    name = "GroupCommitService"
+
+    #: How long one round waits for a producer before forcing anyway (RocketMQ: 10 ms).
+    poll_ms = 10
+
+    def __init__(self, core: Store) -> None:
+        super().__init__()
+        self._core = core
+        self.forces = 0
+
+    def start(self) -> None:
+        self._core.attach_group_commit()
+        super().start()
+
+    def run_once(self) -> bool:
+        _flushed, stopped, forces = self._core.group_commit_step(self.poll_ms)
+        self.forces = forces
+        return not stopped
+
+    def stats(self) -> dict[str, float]:
+        return {**super().stats(), "forces": float(self.forces)}

@@ -67,10 +67,10 @@ class StoreConfig:
     mapped_file_size_commit_log: int = _GiB
     #: ``maxMessageSize``: largest body in bytes (4 MiB); a record may exceed it by 64 KiB.
     max_message_size: int = 4 * _MiB
-    #: ``flushDiskType``: ``"ASYNC_FLUSH"`` or ``"SYNC_FLUSH"``. In SYNC_FLUSH mode dispatch
-    #: (and so every read by queue or key) sees only flushed bytes, as RocketMQ's. The flush
-    #: services (periodic flush, group commit) are not built yet: until they are, bytes are
-    #: forced by :meth:`MessageStore.flush` and at close only, in both modes.
+    #: ``flushDiskType``: ``"ASYNC_FLUSH"`` (a service forces written pages every
+    #: ``flush_interval_commit_log`` ms) or ``"SYNC_FLUSH"`` (a put returns once its bytes are
+    #: forced, sharing forces with concurrent puts; dispatch, and so every read by queue or key,
+    #: sees only forced bytes).
     flush_disk_type: str = FlushDiskType.ASYNC_FLUSH.value
     #: ``warmMapedFileEnable``: pre-fault and ``mlock`` each new commitlog segment.
     warm_mapped_file_enable: bool = False
@@ -105,6 +105,21 @@ class StoreConfig:
     access_message_in_memory_max_ratio: int = 40
     #: ``maxFilterMessageSize``: consume queue bytes one filtered read may scan.
     max_filter_message_size: int = 16000
+    #: ``syncFlushTimeout``: ms a SYNC_FLUSH put waits for its force before answering
+    #: FLUSH_DISK_TIMEOUT (the message is stored either way).
+    sync_flush_timeout: int = 5000
+    #: ``flushIntervalCommitLog``: ms between ASYNC_FLUSH forces.
+    flush_interval_commit_log: int = 500
+    #: ``flushCommitLogLeastPages``: pages that must be waiting for an ASYNC_FLUSH force.
+    flush_commit_log_least_pages: int = 4
+    #: ``flushCommitLogThoroughInterval``: ms after which any written byte is forced.
+    flush_commit_log_thorough_interval: int = 10000
+    #: ``flushIntervalConsumeQueue``: ms between consume queue forces.
+    flush_interval_consume_queue: int = 1000
+    #: ``flushConsumeQueueLeastPages``: pages that must be waiting for a consume queue force.
+    flush_consume_queue_least_pages: int = 2
+    #: ``flushConsumeQueueThoroughInterval``: ms after which any consume queue byte is forced.
+    flush_consume_queue_thorough_interval: int = 60000
 
     def __post_init__(self) -> None:
         _check_int("mapped_file_size_commit_log", self.mapped_file_size_commit_log, 4096, _I32_MAX)
@@ -151,6 +166,16 @@ class StoreConfig:
         _check_int(
             "access_message_in_memory_max_ratio", self.access_message_in_memory_max_ratio, 0, 100
         )
+        for name in (
+            "sync_flush_timeout",
+            "flush_interval_commit_log",
+            "flush_commit_log_thorough_interval",
+            "flush_interval_consume_queue",
+            "flush_consume_queue_thorough_interval",
+        ):
+            _check_int(name, getattr(self, name), 1, _I32_MAX)
+        for name in ("flush_commit_log_least_pages", "flush_consume_queue_least_pages"):
+            _check_int(name, getattr(self, name), 0, _I32_MAX)
         _check_host("store_host", self.store_host)
         if self.store_path_commit_log is not None:
             if not isinstance(self.store_path_commit_log, (str, os.PathLike)):

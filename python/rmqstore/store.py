@@ -14,8 +14,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from . import _rmqstore
 from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult
-from ._services import AllocateMappedFileService, ReputMessageService, ServiceThread
+from ._services import (
+    AllocateMappedFileService,
+    FlushConsumeQueueService,
+    FlushRealTimeService,
+    GroupCommitService,
+    ReputMessageService,
+    ServiceThread,
+)
 from .config import StoreConfig
+from .enums import FlushDiskType
 from .errors import InvalidArgumentError
 from .offsets import ConsumerOffsetManager
 
@@ -67,9 +75,16 @@ class MessageStore:
         except BaseException:
             self._core.close()
             raise
+        flush: ServiceThread
+        if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH.value:
+            flush = GroupCommitService(self._core)
+        else:
+            flush = FlushRealTimeService.for_config(self._core, cfg)
         self._services: list[ServiceThread] = [
             AllocateMappedFileService(self._core),
+            flush,
             ReputMessageService(self._core),
+            FlushConsumeQueueService.for_config(self._core, cfg),
         ]
         for service in self._services:
             service.start()
@@ -330,8 +345,13 @@ class MessageStore:
     # -- maintenance -----------------------------------------------------------------------
 
     def flush(self) -> int:
-        """Forces everything written to disk now; returns the flushed commitlog offset."""
+        """Forces everything written to disk now (commitlog, consume queues, index files);
+        returns the flushed commitlog offset."""
         return self._core.flush()
+
+    def get_flushed_where(self) -> int:
+        """How far the commitlog is forced to disk."""
+        return self._core.get_flushed_where()
 
     def commitlog_segments(self) -> list[str]:
         """Paths of the commitlog segment files, oldest first."""

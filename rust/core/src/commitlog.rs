@@ -45,8 +45,13 @@ impl AppendResult {
         }
     }
 
+    /// `isOk`: the message was appended (a FLUSH_DISK_TIMEOUT put is stored, only not yet
+    /// known to be forced).
     pub fn is_ok(&self) -> bool {
-        self.status == PutMessageStatus::PutOk
+        matches!(
+            self.status,
+            PutMessageStatus::PutOk | PutMessageStatus::FlushDiskTimeout
+        )
     }
 
     pub fn msg_num(&self) -> usize {
@@ -187,10 +192,44 @@ impl DataSignal {
     }
 }
 
+/// Group commit (`GroupCommitService`): producers of SYNC_FLUSH puts wait here until their
+/// bytes are forced; one service thread forces for all of them at once.
+#[derive(Default)]
+struct GroupCommit {
+    state: Mutex<GroupState>,
+    /// A producer started waiting.
+    request: Condvar,
+    /// A force completed.
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct GroupState {
+    waiting: usize,
+    attached: bool,
+    stopped: bool,
+    forces: u64,
+}
+
+/// What one group-commit round did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupCommitStep {
+    pub flushed: bool,
+    pub stopped: bool,
+    /// Forces done so far.
+    pub forces: u64,
+}
+
 pub struct CommitLog {
     queue: MappedFileQueue,
-    /// SYNC_FLUSH: only flushed bytes are confirmed (readable by dispatch).
+    /// SYNC_FLUSH: only flushed bytes are confirmed (readable by dispatch) and puts wait for
+    /// their bytes to be forced.
     sync_flush: bool,
+    /// `syncFlushTimeout`.
+    sync_flush_timeout: Duration,
+    group: GroupCommit,
+    /// One flusher at a time (group commit, periodic flush, `flush()`, close).
+    flush_lock: Mutex<()>,
     signal: Arc<DataSignal>,
     allocator: Arc<Allocator>,
     put: Mutex<PutState>,
@@ -208,12 +247,16 @@ impl CommitLog {
         store_host: HostAddr,
         max_message_size: i32,
         sync_flush: bool,
+        sync_flush_timeout: Duration,
         signal: Arc<DataSignal>,
     ) -> Result<CommitLog> {
         let queue = MappedFileQueue::load(dir, file_size)?;
         Ok(CommitLog {
             queue,
             sync_flush,
+            sync_flush_timeout,
+            group: GroupCommit::default(),
+            flush_lock: Mutex::new(()),
             signal,
             allocator,
             put: Mutex::new(PutState::default()),
@@ -300,7 +343,10 @@ impl CommitLog {
         }
         let template = RecordTemplate::new(&env, &props);
         match template.prepare(&msg.body, &self.limits) {
-            Ok(body) => self.append(&template, std::slice::from_ref(&body)),
+            Ok(body) => {
+                let r = self.append(&template, std::slice::from_ref(&body));
+                self.handle_disk_flush(r, msg.property(crate::message::property::WAIT))
+            }
             Err(s) => AppendResult::failed(s),
         }
     }
@@ -347,7 +393,128 @@ impl CommitLog {
             // A batch lands whole in one segment, so it cannot be larger than one.
             return AppendResult::failed(PutMessageStatus::MessageIllegal);
         }
-        self.append(&template, &prepared)
+        let r = self.append(&template, &prepared);
+        let wait = batch
+            .properties
+            .iter()
+            .find(|(k, _)| k == crate::message::property::WAIT)
+            .map(|(_, v)| v.as_str());
+        self.handle_disk_flush(r, wait)
+    }
+
+    /// `handleDiskFlush`: in SYNC_FLUSH mode a put returns once its bytes are forced, or with
+    /// FLUSH_DISK_TIMEOUT after `syncFlushTimeout` (the message is stored either way); a message
+    /// whose WAIT property is "false" does not wait.
+    fn handle_disk_flush(&self, mut r: AppendResult, wait: Option<&str>) -> AppendResult {
+        if self.sync_flush && r.status == PutMessageStatus::PutOk && wait != Some("false") {
+            let end = r.wrote_offset + r.wrote_bytes;
+            if !self.await_flush(end) {
+                r.status = PutMessageStatus::FlushDiskTimeout;
+            }
+        }
+        r
+    }
+
+    /// Waits until the commitlog is forced up to `target`. Without a group-commit service the
+    /// caller forces it itself.
+    fn await_flush(&self, target: i64) -> bool {
+        if self.queue.flushed_where() >= target {
+            return true;
+        }
+        let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !st.attached || st.stopped {
+            drop(st);
+            return match self.flush_all() {
+                Ok(flushed) => flushed >= target,
+                Err(e) => {
+                    log::error!(target: "rmqstore.flush", "force failed: {e}");
+                    false
+                }
+            };
+        }
+        st.waiting += 1;
+        self.group.request.notify_one();
+        let deadline = std::time::Instant::now() + self.sync_flush_timeout;
+        let ok = loop {
+            if self.queue.flushed_where() >= target {
+                break true;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline || st.stopped {
+                break false;
+            }
+            st = self
+                .group
+                .done
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        };
+        st.waiting -= 1;
+        ok
+    }
+
+    /// From now on a service thread calls [`CommitLog::group_commit_step`].
+    pub fn attach_group_commit(&self) {
+        let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.attached = true;
+    }
+
+    /// Stops group commit: waiting producers return (FLUSH_DISK_TIMEOUT unless forced).
+    pub fn stop_group_commit(&self) {
+        let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.stopped = true;
+        self.group.request.notify_all();
+        self.group.done.notify_all();
+    }
+
+    /// One round of the group-commit service: waits up to `timeout` for a waiting producer,
+    /// then forces everything written (RocketMQ forces every round, requests or not).
+    pub fn group_commit_step(&self, timeout: Duration) -> GroupCommitStep {
+        let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.waiting == 0 && !st.stopped {
+            st = self
+                .group
+                .request
+                .wait_timeout(st, timeout)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        if st.stopped {
+            return GroupCommitStep {
+                flushed: false,
+                stopped: true,
+                forces: st.forces,
+            };
+        }
+        drop(st);
+        let before = self.queue.flushed_where();
+        let result = self.flush_all();
+        let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
+        let flushed = matches!(result, Ok(after) if after > before);
+        if flushed {
+            st.forces += 1;
+        }
+        if let Err(e) = result {
+            log::error!(target: "rmqstore.flush", "group commit force failed: {e}");
+        }
+        self.group.done.notify_all();
+        GroupCommitStep {
+            flushed,
+            stopped: false,
+            forces: st.forces,
+        }
+    }
+
+    /// `FlushRealTimeService`'s round: forces the segment holding the flushed position when at
+    /// least `least_pages` pages are waiting (0: anything), returns the flushed offset.
+    pub fn flush_pages(&self, least_pages: i64) -> Result<i64> {
+        let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let moved = !self.queue.flush(least_pages)?;
+        if moved && self.sync_flush {
+            self.signal.wake();
+        }
+        Ok(self.queue.flushed_where())
     }
 
     fn new_segment(&self) -> Result<Arc<MappedFile>, PutMessageStatus> {
@@ -591,6 +758,7 @@ impl CommitLog {
 
     /// Forces everything written to disk; returns the flushed offset.
     pub fn flush_all(&self) -> Result<i64> {
+        let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
         for _ in 0..self.queue.files().len() + 1 {
             if self.queue.flush(0)? {
                 break;

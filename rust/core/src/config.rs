@@ -70,6 +70,8 @@ pub struct StoreConfig {
     pub access_message_in_memory_max_ratio: i32,
     /// `maxFilterMessageSize`.
     pub max_filter_message_size: i64,
+    /// `syncFlushTimeout` in ms: how long a SYNC_FLUSH put waits for its force.
+    pub sync_flush_timeout: i64,
 }
 
 impl Default for StoreConfig {
@@ -97,6 +99,7 @@ impl Default for StoreConfig {
             max_transfer_bytes_on_message_in_disk: 64 * 1024,
             access_message_in_memory_max_ratio: 40,
             max_filter_message_size: 16000,
+            sync_flush_timeout: 5000,
         }
     }
 }
@@ -161,6 +164,7 @@ impl StoreConfig {
                 self.max_transfer_bytes_on_message_in_disk,
             ),
             ("max_filter_message_size", self.max_filter_message_size),
+            ("sync_flush_timeout", self.sync_flush_timeout),
         ] {
             if v < 1 {
                 return Err(StoreError::config(

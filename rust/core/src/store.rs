@@ -112,6 +112,7 @@ impl MessageStore {
             config.store_host,
             config.max_message_size,
             config.flush_disk_type == FlushDiskType::SyncFlush,
+            Duration::from_millis(config.sync_flush_timeout.max(0) as u64),
             signal.clone(),
         )?;
         let cqs = ConsumeQueueStore::load(
@@ -251,9 +252,17 @@ impl MessageStore {
         })
     }
 
-    /// Forces everything written to disk; returns the flushed offset.
+    /// Forces everything written to disk now (commitlog, consume queues, index files);
+    /// returns the flushed commitlog offset.
     pub fn flush(&self) -> Result<i64> {
-        self.with_open(|o| o.commitlog.flush_all())?
+        self.with_open(|o| {
+            let flushed = o.commitlog.flush_all()?;
+            o.cqs.flush(0)?;
+            if let Some(index) = &o.index {
+                index.flush()?;
+            }
+            Ok(flushed)
+        })?
     }
 
     /// From now on a service thread calls [`MessageStore::allocation_service_step`].
@@ -276,6 +285,39 @@ impl MessageStore {
         self.stopping.store(true, Ordering::SeqCst);
         self.signal.wake();
         self.allocator.shutdown();
+        let _ = self.with_open(|o| o.commitlog.stop_group_commit());
+    }
+
+    // -- flush ------------------------------------------------------------------------------
+
+    /// From now on a service thread calls [`MessageStore::group_commit_step`] (SYNC_FLUSH).
+    pub fn attach_group_commit(&self) -> Result<()> {
+        self.with_open(|o| o.commitlog.attach_group_commit())
+    }
+
+    /// One round of the group-commit service.
+    pub fn group_commit_step(
+        &self,
+        timeout: Duration,
+    ) -> Result<crate::commitlog::GroupCommitStep> {
+        self.with_open(|o| o.commitlog.group_commit_step(timeout))
+    }
+
+    /// One round of the periodic commitlog flush (`FlushRealTimeService`); returns the flushed
+    /// offset.
+    pub fn flush_commitlog(&self, least_pages: i64) -> Result<i64> {
+        self.with_open(|o| o.commitlog.flush_pages(least_pages))?
+    }
+
+    /// One round of `FlushConsumeQueueService`: forces consume queues with at least
+    /// `least_pages` pages waiting (0: anything).
+    pub fn flush_consume_queues(&self, least_pages: i64) -> Result<()> {
+        self.with_open(|o| o.cqs.flush(least_pages).map(|_| ()))?
+    }
+
+    /// How far the commitlog is forced to disk (`getFlushedWhere`).
+    pub fn flushed_where(&self) -> Result<i64> {
+        self.with_open(|o| o.commitlog.queue().flushed_where())
     }
 
     // -- dispatch ---------------------------------------------------------------------------

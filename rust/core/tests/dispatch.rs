@@ -92,10 +92,11 @@ fn sync_flush_dispatches_only_what_is_flushed() {
     };
     let store = MessageStore::open(&d, cfg).unwrap();
     for i in 0..10 {
-        assert!(store
-            .put_message(&msg("T", &format!("k{i}"), 0))
-            .unwrap()
-            .is_ok());
+        // WAIT=false: the put does not wait for (or do) the force.
+        let mut m = msg("T", &format!("k{i}"), 0);
+        m.properties.push((property::WAIT.into(), "false".into()));
+        let r = store.put_message(&m).unwrap();
+        assert_eq!(r.status, rmqstore_core::PutMessageStatus::PutOk);
     }
     assert_eq!(store.confirm_offset().unwrap(), 0);
     assert_eq!(
@@ -151,6 +152,81 @@ fn a_large_backlog_is_dispatched_on_two_threads_to_the_same_result() {
         assert_eq!(found.len(), 1, "key-{i}");
         assert_eq!(found[0].queue_id, i % 5);
     }
+    store.close().unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn sync_flush_puts_return_forced_and_share_forces() {
+    let d = dir("group");
+    let cfg = StoreConfig {
+        flush_disk_type: FlushDiskType::SyncFlush,
+        mapped_file_size_commit_log: 1 << 20,
+        ..config()
+    };
+    let store = std::sync::Arc::new(MessageStore::open(&d, cfg).unwrap());
+    // Without a group-commit service a put forces by itself.
+    let r = store.put_message(&msg("G", "solo", 0)).unwrap();
+    assert_eq!(r.status, rmqstore_core::PutMessageStatus::PutOk);
+    assert!(store.flushed_where().unwrap() >= r.wrote_offset + r.wrote_bytes);
+    store.attach_group_commit().unwrap();
+    let service = {
+        let store = store.clone();
+        std::thread::spawn(move || loop {
+            let step = store.group_commit_step(Duration::from_millis(10)).unwrap();
+            if step.stopped {
+                return step.forces;
+            }
+        })
+    };
+    let producers: Vec<_> = (0..8)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    let r = store
+                        .put_message(&msg("G", &format!("{t}-{i}"), 0))
+                        .unwrap();
+                    assert_eq!(r.status, rmqstore_core::PutMessageStatus::PutOk);
+                    let end = r.wrote_offset + r.wrote_bytes;
+                    assert!(
+                        store.flushed_where().unwrap() >= end,
+                        "returned before its force"
+                    );
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.join().unwrap();
+    }
+    store.stop_services();
+    let forces = service.join().unwrap();
+    assert!(forces >= 1);
+    assert!(forces < 400, "400 puts took {forces} forces: no sharing");
+    store.close().unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_sync_put_times_out_when_no_force_comes() {
+    let d = dir("timeout");
+    let cfg = StoreConfig {
+        flush_disk_type: FlushDiskType::SyncFlush,
+        sync_flush_timeout: 30,
+        ..config()
+    };
+    let store = MessageStore::open(&d, cfg).unwrap();
+    store.attach_group_commit().unwrap(); // attached, but no service thread runs
+    let t = std::time::Instant::now();
+    let r = store.put_message(&msg("T", "late", 0)).unwrap();
+    assert_eq!(r.status, rmqstore_core::PutMessageStatus::FlushDiskTimeout);
+    assert!(r.is_ok(), "the message is stored");
+    assert!(t.elapsed() >= Duration::from_millis(30));
+    assert!(store
+        .look_message_by_offset(r.wrote_offset)
+        .unwrap()
+        .is_some());
     store.close().unwrap();
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -53,7 +53,8 @@ fn config_from_dict(cfg: &Bound<'_, PyDict>) -> PyResult<StoreConfig> {
         max_transfer_count_on_message_in_disk,
         max_transfer_bytes_on_message_in_disk,
         access_message_in_memory_max_ratio,
-        max_filter_message_size
+        max_filter_message_size,
+        sync_flush_timeout
     );
     if let Some(v) = cfg.get_item("flush_disk_type")? {
         let s: String = v.extract()?;
@@ -225,6 +226,32 @@ impl Store {
             s.dispatch_step(max_bytes, Duration::from_millis(timeout_ms))
         })?;
         Ok((s.dispatched, s.bytes, s.reput_offset, s.behind))
+    }
+
+    // -- flush ------------------------------------------------------------------------------
+
+    fn attach_group_commit(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, |s| s.attach_group_commit())
+    }
+
+    /// One round of the group-commit service: (forced now, stopped, forces so far).
+    fn group_commit_step(&self, py: Python<'_>, timeout_ms: u64) -> PyResult<(bool, bool, u64)> {
+        let s = self.run(py, |s| {
+            s.group_commit_step(Duration::from_millis(timeout_ms))
+        })?;
+        Ok((s.flushed, s.stopped, s.forces))
+    }
+
+    fn flush_commitlog(&self, py: Python<'_>, least_pages: i64) -> PyResult<i64> {
+        self.run(py, |s| s.flush_commitlog(least_pages))
+    }
+
+    fn flush_consume_queues(&self, py: Python<'_>, least_pages: i64) -> PyResult<()> {
+        self.run(py, |s| s.flush_consume_queues(least_pages))
+    }
+
+    fn get_flushed_where(&self, py: Python<'_>) -> PyResult<i64> {
+        self.run(py, |s| s.flushed_where())
     }
 
     fn dispatch_behind_bytes(&self, py: Python<'_>) -> PyResult<i64> {

@@ -1,0 +1,127 @@
+"""Flush services: group commit (SYNC_FLUSH), periodic flush (ASYNC_FLUSH), consume queues."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from rmqstore import Message, PutMessageStatus
+
+
+def _wait(predicate, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return predicate()
+
+
+def test_a_sync_put_returns_forced(open_small) -> None:
+    store = open_small(flush_disk_type="SYNC_FLUSH")
+    for i in range(20):
+        r = store.put_message(Message("S", b"x%d" % i))
+        assert r.status is PutMessageStatus.PUT_OK
+        assert store.get_flushed_where() >= r.wrote_offset + r.wrote_bytes
+    r = store.put_messages("S", 1, [b"a", b"b", b"c"])
+    assert r.status is PutMessageStatus.PUT_OK
+    assert store.get_flushed_where() >= r.wrote_offset + r.wrote_bytes
+
+
+def test_concurrent_sync_puts_share_forces(open_small) -> None:
+    store = open_small(flush_disk_type="SYNC_FLUSH")
+    errors: list[BaseException] = []
+
+    def produce(t: int) -> None:
+        try:
+            for i in range(40):
+                r = store.put_message(Message("G", b"%d-%d" % (t, i), queue_id=t % 4))
+                assert r.status is PutMessageStatus.PUT_OK, r.status
+                assert store.get_flushed_where() >= r.wrote_offset + r.wrote_bytes
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(t,)) for t in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    forces = store.service_stats()["GroupCommitService"]["forces"]
+    assert 1 <= forces < 640, f"640 puts took {forces} forces"
+
+
+def test_sync_put_times_out_without_a_force_and_is_still_stored(open_small) -> None:
+    store = open_small(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=50)
+    store._pause_service("GroupCommitService")
+    start = time.perf_counter()
+    r = store.put_message(Message("S", b"late", keys="late-key"))
+    assert time.perf_counter() - start >= 0.05
+    assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+    assert r.ok  # RocketMQ's isOk: the append succeeded
+    assert store.look_message_by_offset(r.wrote_offset).body == b"late"
+    assert store.flush() >= r.wrote_offset + r.wrote_bytes
+    assert store.wait_dispatched()
+    assert [m.body for m in store.query_message("S", "late-key")] == [b"late"]
+
+
+def test_wait_false_does_not_wait(open_small) -> None:
+    store = open_small(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=2000)
+    store._pause_service("GroupCommitService")
+    start = time.perf_counter()
+    r = store.put_message(Message("S", b"now", properties={"WAIT": "false"}))
+    assert time.perf_counter() - start < 1.0
+    assert r.status is PutMessageStatus.PUT_OK
+    assert store.get_flushed_where() < r.wrote_offset + r.wrote_bytes
+
+
+def test_a_waiting_sync_put_does_not_hold_the_gil(open_small) -> None:
+    store = open_small(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=400)
+    store._pause_service("GroupCommitService")
+    ticks = 0
+    stop = threading.Event()
+
+    def spin() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        r = store.put_message(Message("S", b"wait"))
+    finally:
+        stop.set()
+        spinner.join()
+    assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+    assert ticks > 10_000, f"the other thread ran only {ticks} times in 400 ms"
+
+
+def test_async_flush_forces_periodically(open_small) -> None:
+    store = open_small(
+        flush_disk_type="ASYNC_FLUSH",
+        flush_interval_commit_log=20,
+        flush_commit_log_least_pages=0,
+        flush_interval_consume_queue=20,
+    )
+    r = store.put_message(Message("A", b"x" * 5000))
+    end = r.wrote_offset + r.wrote_bytes
+    assert _wait(lambda: store.get_flushed_where() >= end)
+    stats = store.service_stats()
+    assert stats["FlushRealTimeService"]["rounds"] >= 1
+    assert _wait(lambda: store.service_stats()["FlushConsumeQueueService"]["rounds"] >= 1)
+    assert "GroupCommitService" not in stats
+
+
+def test_async_flush_waits_for_least_pages(open_small) -> None:
+    store = open_small(
+        flush_disk_type="ASYNC_FLUSH",
+        flush_interval_commit_log=20,
+        flush_commit_log_least_pages=4,
+        flush_commit_log_thorough_interval=60_000,
+    )
+    r = store.put_message(Message("A", b"small"))
+    time.sleep(0.2)
+    # Less than 4 pages written: not forced until a thorough round (or flush()).
+    assert store.get_flushed_where() < r.wrote_offset + r.wrote_bytes
+    assert store.flush() >= r.wrote_offset + r.wrote_bytes
