@@ -240,30 +240,28 @@ pub struct CommitLog {
 }
 
 impl CommitLog {
+    /// Loads the segments of `dir` with the commitlog settings of `config`.
     pub fn load(
         dir: &Path,
-        file_size: i64,
+        config: &crate::config::StoreConfig,
         allocator: Arc<Allocator>,
-        store_host: HostAddr,
-        max_message_size: i32,
-        sync_flush: bool,
-        sync_flush_timeout: Duration,
         signal: Arc<DataSignal>,
     ) -> Result<CommitLog> {
+        let file_size = config.mapped_file_size_commit_log;
         let queue = MappedFileQueue::load(dir, file_size)?;
         Ok(CommitLog {
             queue,
-            sync_flush,
-            sync_flush_timeout,
+            sync_flush: config.flush_disk_type == crate::config::FlushDiskType::SyncFlush,
+            sync_flush_timeout: Duration::from_millis(config.sync_flush_timeout.max(0) as u64),
             group: GroupCommit::default(),
             flush_lock: Mutex::new(()),
             signal,
             allocator,
             put: Mutex::new(PutState::default()),
             begin_time_in_lock: AtomicI64::new(0),
-            store_host,
+            store_host: config.store_host,
             limits: MessageLimits {
-                max_message_size,
+                max_message_size: config.max_message_size,
                 max_record_in_segment: file_size - i64::from(END_FILE_MIN_BLANK_LENGTH),
             },
         })

@@ -105,16 +105,8 @@ impl MessageStore {
             },
         ));
         let signal = Arc::new(DataSignal::default());
-        let commitlog = CommitLog::load(
-            &commitlog_dir,
-            config.mapped_file_size_commit_log,
-            allocator.clone(),
-            config.store_host,
-            config.max_message_size,
-            config.flush_disk_type == FlushDiskType::SyncFlush,
-            Duration::from_millis(config.sync_flush_timeout.max(0) as u64),
-            signal.clone(),
-        )?;
+        let commitlog =
+            CommitLog::load(&commitlog_dir, &config, allocator.clone(), signal.clone())?;
         let cqs = ConsumeQueueStore::load(
             &root.join("consumequeue"),
             config.consume_queue_units_per_file(),
