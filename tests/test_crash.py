@@ -137,6 +137,7 @@ def _rounds(tmp_path: Path, mode: str, rounds: int, seed: int) -> None:
         acked = _run_and_kill(path, mode, start, rng)
         start += len(acked) + 1000
         with MessageStore(path, flush_disk_type=mode, **STORE) as store:
+            assert store.recovery_report()["abnormal"] is True  # the abort marker was left
             # SYNC_FLUSH: acknowledged means forced. ASYNC_FLUSH: a killed process leaves its
             # written pages in the page cache, so what was acknowledged survives too; either
             # way what is readable is a prefix of what was written, with no corrupt record.

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AllocateMappedFileService",
+    "CheckpointService",
     "FlushConsumeQueueService",
     "FlushRealTimeService",
     "GroupCommitService",
@@ -256,3 +257,33 @@ class GroupCommitService(ServiceThread):
 
     def stats(self) -> dict[str, float]:
         return {**super().stats(), "forces": float(self.forces)}
+
+
+class CheckpointService(ServiceThread):
+    """Writes and forces the ``checkpoint`` file every second (RocketMQ's scheduled task)."""
+
+    name = "CheckpointService"
+
+    interval = 1.0
+
+    def __init__(self, core: Store) -> None:
+        super().__init__()
+        self._core = core
+        self.rounds = 0
+        self.failures = 0
+
+    def run_once(self) -> bool:
+        if self._stopped.wait(self.interval):
+            return False
+        try:
+            self._core.flush_checkpoint()
+            self.rounds += 1
+        except Exception:
+            if self._stopped.is_set():
+                return False
+            self.failures += 1
+            log.exception("checkpoint flush failed")
+        return True
+
+    def stats(self) -> dict[str, float]:
+        return {**super().stats(), "rounds": float(self.rounds), "failures": float(self.failures)}

@@ -16,6 +16,7 @@ from . import _rmqstore
 from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult
 from ._services import (
     AllocateMappedFileService,
+    CheckpointService,
     FlushConsumeQueueService,
     FlushRealTimeService,
     GroupCommitService,
@@ -85,6 +86,7 @@ class MessageStore:
             flush,
             ReputMessageService(self._core),
             FlushConsumeQueueService.for_config(self._core, cfg),
+            CheckpointService(self._core),
         ]
         for service in self._services:
             service.start()

@@ -115,6 +115,8 @@ impl PutState {
 /// What recovery found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
+    /// The previous run did not shut down cleanly (an `abort` file was there).
+    pub abnormal: bool,
     /// End of the last valid record.
     pub process_offset: i64,
     pub messages: u64,

@@ -5,6 +5,7 @@
 //! big-endian, as RocketMQ's Java `ByteBuffer`s write it.
 
 pub mod allocate;
+pub mod checkpoint;
 pub mod commitlog;
 pub mod config;
 pub mod consume_queue;

@@ -26,6 +26,8 @@ pub struct ReputStep {
     pub reput_offset: i64,
     /// Confirmed bytes not dispatched yet.
     pub behind: i64,
+    /// Store timestamp of the last message dispatched (0 if none).
+    pub last_store_timestamp: i64,
 }
 
 /// The consume queue last written and its tail segment, so runs of one queue skip the table
@@ -272,6 +274,7 @@ fn pass(
             if let Some(v) = view {
                 prefetch_next(data, at, at + total as usize);
                 dispatcher.record(&v)?;
+                step.last_store_timestamp = v.store_timestamp;
                 at += total as usize;
                 pos += i64::from(total);
                 step.bytes += i64::from(total);

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::allocate::{AllocateConfig, Allocator, ServiceStep};
+use crate::checkpoint::{AbortFile, StoreCheckpoint};
 use crate::commitlog::{AppendResult, Batch, CommitLog, DataSignal, RecoveryReport};
 use crate::config::{FlushDiskType, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, CqUnit};
@@ -26,6 +27,10 @@ struct Open {
     reput_from: Mutex<i64>,
     /// Mirror of `reput_from` for lock-free reads.
     reput_offset: AtomicI64,
+    /// Store timestamp of the last message dispatched to a consume queue.
+    logics_dispatched: AtomicI64,
+    checkpoint: StoreCheckpoint,
+    abort: AbortFile,
     _lock: StoreLock,
 }
 
@@ -40,7 +45,45 @@ impl Open {
             max_bytes,
         );
         self.reput_offset.store(*from, Ordering::Release);
+        if let Ok(s) = &step {
+            if s.last_store_timestamp > 0 {
+                self.logics_dispatched
+                    .fetch_max(s.last_store_timestamp, Ordering::AcqRel);
+            }
+        }
         step
+    }
+
+    /// Forces the consume queues; a thorough round (`least_pages == 0`) also moves the
+    /// checkpoint's logics timestamp to what was dispatched before it (`FlushConsumeQueueService`).
+    fn flush_consume_queues(&self, least_pages: i64) -> Result<()> {
+        let logics = self.logics_dispatched.load(Ordering::Acquire);
+        self.cqs.flush(least_pages)?;
+        if least_pages == 0 && logics > 0 {
+            self.checkpoint
+                .logics_msg_timestamp
+                .store(logics, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Writes the checkpoint: the commitlog's and index's timestamps as of their last forces.
+    fn flush_checkpoint(&self) -> Result<()> {
+        let physic = self.commitlog.queue().store_timestamp();
+        if physic > 0 {
+            self.checkpoint
+                .physic_msg_timestamp
+                .store(physic, Ordering::Release);
+        }
+        if let Some(index) = &self.index {
+            let ts = index.index_msg_timestamp();
+            if ts > 0 {
+                self.checkpoint
+                    .index_msg_timestamp
+                    .store(ts, Ordering::Release);
+            }
+        }
+        self.checkpoint.flush()
     }
 
     fn behind(&self) -> i64 {
@@ -90,6 +133,8 @@ impl MessageStore {
         config.validate()?;
         std::fs::create_dir_all(root).map_err(|e| StoreError::io("cannot create", root, e))?;
         let lock = StoreLock::acquire(root)?;
+        let abort = AbortFile::new(root);
+        let last_exit_ok = abort.last_exit_ok();
         let commitlog_dir = config
             .store_path_commit_log
             .clone()
@@ -123,8 +168,11 @@ impl MessageStore {
         } else {
             None
         };
+        // Everything was found as expected: from here on, opening may change files.
+        let checkpoint = StoreCheckpoint::open(&root.join("checkpoint"))?;
         cqs.recover()?;
-        let recovery = commitlog.recover(config.check_crc_on_recover)?;
+        let mut recovery = commitlog.recover(config.check_crc_on_recover)?;
+        recovery.abnormal = !last_exit_ok;
         // Consume queues never point past the commitlog's valid end.
         cqs.truncate_dirty(recovery.process_offset)?;
         cqs.correct_min_offsets(commitlog.min_offset().max(0));
@@ -140,6 +188,22 @@ impl MessageStore {
             if let Some(from) = index.truncate_from(recovery.process_offset)? {
                 dispatch_from = dispatch_from.min(from.max(commitlog.min_offset().max(0)));
             }
+            // After a crash, index files written after the checkpoint's index time may hold
+            // torn pages, and a file made just before the crash may hold nothing: drop them.
+            if !last_exit_ok {
+                index.destroy_newer_than(checkpoint.min_timestamp_index())?;
+                index.drop_empty_tail()?;
+            }
+            // The index may lag the consume queues (a separate thread builds it): resume
+            // dispatch at its last indexed message. With no entry at all, re-index everything
+            // after a crash; after a clean stop the index was complete (messages without keys
+            // leave no entry).
+            let min = commitlog.min_offset().max(0);
+            match index.progress() {
+                Some(p) => dispatch_from = dispatch_from.min(p.max(min)),
+                None if !last_exit_ok => dispatch_from = min,
+                None => {}
+            }
         }
         let open = Open {
             commitlog,
@@ -147,6 +211,9 @@ impl MessageStore {
             index,
             reput_from: Mutex::new(dispatch_from),
             reput_offset: AtomicI64::new(dispatch_from),
+            logics_dispatched: AtomicI64::new(0),
+            checkpoint,
+            abort,
             _lock: lock,
         };
         while open.behind() > 0 {
@@ -156,6 +223,8 @@ impl MessageStore {
             }
         }
         open._lock.mark_open()?;
+        // Present while open: a crash leaves it behind (`lastExitOK` at the next open).
+        open.abort.create()?;
         log::info!(
             target: "rmqstore.store",
             "opened {}: {} messages, commitlog [{}, {}), {} consume queues",
@@ -249,10 +318,11 @@ impl MessageStore {
     pub fn flush(&self) -> Result<i64> {
         self.with_open(|o| {
             let flushed = o.commitlog.flush_all()?;
-            o.cqs.flush(0)?;
+            o.flush_consume_queues(0)?;
             if let Some(index) = &o.index {
                 index.flush()?;
             }
+            o.flush_checkpoint()?;
             Ok(flushed)
         })?
     }
@@ -304,7 +374,12 @@ impl MessageStore {
     /// One round of `FlushConsumeQueueService`: forces consume queues with at least
     /// `least_pages` pages waiting (0: anything).
     pub fn flush_consume_queues(&self, least_pages: i64) -> Result<()> {
-        self.with_open(|o| o.cqs.flush(least_pages).map(|_| ()))?
+        self.with_open(|o| o.flush_consume_queues(least_pages))?
+    }
+
+    /// Writes and forces the `checkpoint` file (every second, and at close).
+    pub fn flush_checkpoint(&self) -> Result<()> {
+        self.with_open(|o| o.flush_checkpoint())?
     }
 
     /// How far the commitlog is forced to disk (`getFlushedWhere`).
@@ -558,16 +633,28 @@ impl MessageStore {
                 }
             }
         }
-        let cq_flushed = open.cqs.flush(0);
+        let cq_flushed = open.flush_consume_queues(0);
         let index_flushed = open.index.as_ref().map_or(Ok(()), |i| i.flush());
+        let checkpointed = open.flush_checkpoint();
+        // A clean shutdown removes the abort marker, unless something could not be made
+        // durable or dispatch is behind (the next open then recovers as after a crash).
+        let clean = flushed.is_ok()
+            && dispatched.is_ok()
+            && cq_flushed.is_ok()
+            && index_flushed.is_ok()
+            && checkpointed.is_ok()
+            && open.behind() == 0;
+        let abort_removed = if clean { open.abort.remove() } else { Ok(()) };
         for f in open.commitlog.queue().files() {
             f.munlock();
         }
         drop(open);
         flushed.map(|_| ())?;
         dispatched?;
-        cq_flushed.map(|_| ())?;
-        index_flushed
+        cq_flushed?;
+        index_flushed?;
+        checkpointed?;
+        abort_removed
     }
 }
 

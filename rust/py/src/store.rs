@@ -250,6 +250,10 @@ impl Store {
         self.run(py, |s| s.flush_consume_queues(least_pages))
     }
 
+    fn flush_checkpoint(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, |s| s.flush_checkpoint())
+    }
+
     fn get_flushed_where(&self, py: Python<'_>) -> PyResult<i64> {
         self.run(py, |s| s.flushed_where())
     }
@@ -443,6 +447,7 @@ impl Store {
     fn recovery_report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let r = self.inner.recovery_report().into_py_result()?;
         let d = PyDict::new(py);
+        d.set_item("abnormal", r.abnormal)?;
         d.set_item("process_offset", r.process_offset)?;
         d.set_item("messages", r.messages)?;
         d.set_item("discarded_bytes", r.discarded_bytes)?;

@@ -1,0 +1,190 @@
+//! The `checkpoint` file (RocketMQ's `StoreCheckpoint`, STORE_SPEC §5.1) and the `abort` marker
+//! (§5.2).
+//!
+//! `checkpoint` is 4 KiB; the first 40 bytes are five big-endian longs: physicMsgTimestamp,
+//! logicsMsgTimestamp, indexMsgTimestamp, masterFlushedOffset and confirmPhyOffset.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use crate::error::{Result, StoreError};
+
+/// Size of the checkpoint file (`OS_PAGE_SIZE`).
+pub const CHECKPOINT_FILE_SIZE: u64 = 4096;
+
+#[derive(Debug)]
+pub struct StoreCheckpoint {
+    path: PathBuf,
+    file: File,
+    pub physic_msg_timestamp: AtomicI64,
+    pub logics_msg_timestamp: AtomicI64,
+    pub index_msg_timestamp: AtomicI64,
+    pub master_flushed_offset: AtomicI64,
+    pub confirm_phy_offset: AtomicI64,
+}
+
+impl StoreCheckpoint {
+    /// Opens (creating if missing) `path`. A file of another size than RocketMQ's 4 KiB is
+    /// refused, naming it. (RocketMQ 4.x writes only the first three longs; the other two then
+    /// read as 0.)
+    pub fn open(path: &Path) -> Result<StoreCheckpoint> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| StoreError::io("cannot open checkpoint", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| StoreError::io("cannot stat", path, e))?
+            .len();
+        if len != 0 && len != CHECKPOINT_FILE_SIZE {
+            return Err(StoreError::corrupted(
+                path,
+                format!("checkpoint is {len} bytes, expected {CHECKPOINT_FILE_SIZE}"),
+            ));
+        }
+        let mut buf = [0u8; 40];
+        if len != 0 {
+            file.read_exact_at(&mut buf, 0)
+                .map_err(|e| StoreError::io("cannot read checkpoint", path, e))?;
+        }
+        let field = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&buf[i * 8..i * 8 + 8]);
+            AtomicI64::new(i64::from_be_bytes(b))
+        };
+        let cp = StoreCheckpoint {
+            path: path.to_path_buf(),
+            physic_msg_timestamp: field(0),
+            logics_msg_timestamp: field(1),
+            index_msg_timestamp: field(2),
+            master_flushed_offset: field(3),
+            confirm_phy_offset: field(4),
+            file,
+        };
+        if len == 0 {
+            cp.file
+                .set_len(CHECKPOINT_FILE_SIZE)
+                .map_err(|e| StoreError::io("cannot size checkpoint", path, e))?;
+        }
+        Ok(cp)
+    }
+
+    /// `getMinTimestamp`: `max(0, min(physic, logics) - 3000)`.
+    pub fn min_timestamp(&self) -> i64 {
+        let physic = self.physic_msg_timestamp.load(Ordering::Acquire);
+        let logics = self.logics_msg_timestamp.load(Ordering::Acquire);
+        (physic.min(logics) - 3000).max(0)
+    }
+
+    /// `getMinTimestampIndex`: `min(min_timestamp, indexMsgTimestamp)`.
+    pub fn min_timestamp_index(&self) -> i64 {
+        self.min_timestamp()
+            .min(self.index_msg_timestamp.load(Ordering::Acquire))
+    }
+
+    /// Writes the five fields and forces the file.
+    pub fn flush(&self) -> Result<()> {
+        let mut buf = [0u8; 40];
+        for (i, v) in [
+            &self.physic_msg_timestamp,
+            &self.logics_msg_timestamp,
+            &self.index_msg_timestamp,
+            &self.master_flushed_offset,
+            &self.confirm_phy_offset,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            buf[i * 8..i * 8 + 8].copy_from_slice(&v.load(Ordering::Acquire).to_be_bytes());
+        }
+        self.file
+            .write_all_at(&buf, 0)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| StoreError::io("cannot write checkpoint", &self.path, e))
+    }
+}
+
+/// The `abort` marker: present while a store is open; left behind by a crash.
+#[derive(Debug)]
+pub struct AbortFile {
+    path: PathBuf,
+}
+
+impl AbortFile {
+    pub fn new(root: &Path) -> AbortFile {
+        AbortFile {
+            path: root.join("abort"),
+        }
+    }
+
+    /// `lastExitOK`: no abort file.
+    pub fn last_exit_ok(&self) -> bool {
+        !self.path.exists()
+    }
+
+    /// Creates it with the process id as decimal text (after a successful start).
+    pub fn create(&self) -> Result<()> {
+        let mut f = File::create(&self.path)
+            .map_err(|e| StoreError::io("cannot create abort file", &self.path, e))?;
+        write!(f, "{}", std::process::id())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| StoreError::io("cannot write abort file", &self.path, e))
+    }
+
+    /// Removes it (a clean shutdown).
+    pub fn remove(&self) -> Result<()> {
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::io("cannot remove abort file", &self.path, e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_round_trip_and_min_timestamp() {
+        let d = std::env::temp_dir().join(format!("rmqstore-cp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("checkpoint");
+        let cp = StoreCheckpoint::open(&p).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 4096);
+        cp.physic_msg_timestamp.store(0xAABB, Ordering::Release);
+        cp.logics_msg_timestamp.store(0xCCDD, Ordering::Release);
+        cp.index_msg_timestamp.store(7, Ordering::Release);
+        cp.flush().unwrap();
+        // StoreCheckpointTest: physic - min == 3000 (min = min(physic, logics) - 3000).
+        assert_eq!(0xAABB - cp.min_timestamp(), 3000);
+        drop(cp);
+        let cp = StoreCheckpoint::open(&p).unwrap();
+        assert_eq!(cp.physic_msg_timestamp.load(Ordering::Acquire), 0xAABB);
+        assert_eq!(cp.logics_msg_timestamp.load(Ordering::Acquire), 0xCCDD);
+        assert_eq!(cp.min_timestamp_index(), 7);
+        let raw = std::fs::read(&p).unwrap();
+        assert_eq!(&raw[0..8], &0xAABBi64.to_be_bytes());
+        assert_eq!(&raw[8..16], &0xCCDDi64.to_be_bytes());
+        std::fs::write(&p, [0u8; 100]).unwrap();
+        assert!(StoreCheckpoint::open(&p).is_err());
+        let abort = AbortFile::new(&d);
+        assert!(abort.last_exit_ok());
+        abort.create().unwrap();
+        assert!(!abort.last_exit_ok());
+        assert_eq!(
+            std::fs::read_to_string(d.join("abort")).unwrap(),
+            std::process::id().to_string()
+        );
+        abort.remove().unwrap();
+        assert!(abort.last_exit_ok());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
