@@ -62,3 +62,13 @@ def test_a_checkpoint_of_the_wrong_size_is_refused(open_small, store_path):
     with pytest.raises(StoreCorruptedError) as info:
         MessageStore(store_path, mapped_file_size_commit_log=64 * 1024)
     assert "checkpoint" in str(info.value)
+
+
+def test_state_runs_forward(open_small) -> None:
+    from rmqstore import StoreState
+
+    store = open_small()
+    assert store.state is StoreState.RUNNING
+    store.close()
+    assert store.state is StoreState.SHUTDOWN_OK
+    assert [s.value for s in StoreState] == sorted(s.value for s in StoreState)

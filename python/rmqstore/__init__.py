@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult, __version__
 from .config import StoreConfig
-from .enums import FlushDiskType, GetMessageStatus, PutMessageStatus
+from .enums import FlushDiskType, GetMessageStatus, PutMessageStatus, StoreState
 from .errors import (
     InvalidArgumentError,
     RmqStoreError,
@@ -37,5 +37,6 @@ __all__ = [
     "StoreCorruptedError",
     "StoreIOError",
     "StoreLockedError",
+    "StoreState",
     "__version__",
 ]

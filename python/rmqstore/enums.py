@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["FlushDiskType", "GetMessageStatus", "PutMessageStatus"]
+__all__ = ["FlushDiskType", "GetMessageStatus", "PutMessageStatus", "StoreState"]
 
 
 class PutMessageStatus(enum.Enum):
@@ -48,3 +48,22 @@ class FlushDiskType(enum.Enum):
 
     ASYNC_FLUSH = "ASYNC_FLUSH"
     SYNC_FLUSH = "SYNC_FLUSH"
+
+
+class StoreState(enum.Enum):
+    """The store's lifecycle (``MessageStoreStateMachine``); states only move forward. The value
+    is RocketMQ's number."""
+
+    INIT = 0
+    LOAD_BEGIN = 10
+    LOAD_COMMITLOG_OK = 11
+    LOAD_CONSUME_QUEUE_OK = 12
+    LOAD_COMPACTION_OK = 13
+    LOAD_INDEX_OK = 14
+    RECOVER_BEGIN = 20
+    RECOVER_CONSUME_QUEUE_OK = 21
+    RECOVER_COMMITLOG_OK = 22
+    RECOVER_TOPIC_QUEUE_TABLE_OK = 23
+    RUNNING = 30
+    SHUTDOWN_BEGIN = 40
+    SHUTDOWN_OK = 41

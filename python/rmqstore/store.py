@@ -24,7 +24,7 @@ from ._services import (
     ServiceThread,
 )
 from .config import StoreConfig
-from .enums import FlushDiskType
+from .enums import FlushDiskType, StoreState
 from .errors import InvalidArgumentError
 from .offsets import ConsumerOffsetManager
 
@@ -105,6 +105,11 @@ class MessageStore:
     @property
     def closed(self) -> bool:
         return self._core.closed
+
+    @property
+    def state(self) -> StoreState:
+        """Where the store is in its lifecycle (RUNNING while open, SHUTDOWN_OK after close)."""
+        return StoreState[self._core.state]
 
     def close(self) -> None:
         """Stops the services, forces everything to disk and releases the folder. Idempotent."""

@@ -93,6 +93,7 @@ impl Open {
 
 pub struct MessageStore {
     root: PathBuf,
+    machine: Arc<StateMachine>,
     config: StoreConfig,
     allocator: Arc<Allocator>,
     signal: Arc<DataSignal>,
@@ -131,6 +132,8 @@ impl MessageStore {
     /// Opens (creating if needed) the store in `root`: lock, load, recover.
     pub fn open(root: &Path, config: StoreConfig) -> Result<MessageStore> {
         config.validate()?;
+        let machine = Arc::new(StateMachine::default());
+        machine.transit(StoreState::LoadBegin)?;
         std::fs::create_dir_all(root).map_err(|e| StoreError::io("cannot create", root, e))?;
         let lock = StoreLock::acquire(root)?;
         let abort = AbortFile::new(root);
@@ -152,10 +155,13 @@ impl MessageStore {
         let signal = Arc::new(DataSignal::default());
         let commitlog =
             CommitLog::load(&commitlog_dir, &config, allocator.clone(), signal.clone())?;
+        machine.transit(StoreState::LoadCommitlogOk)?;
         let cqs = ConsumeQueueStore::load(
             &root.join("consumequeue"),
             config.consume_queue_units_per_file(),
         )?;
+        machine.transit(StoreState::LoadConsumeQueueOk)?;
+        machine.transit(StoreState::LoadCompactionOk)?;
         let index = if config.message_index_enable {
             let index = IndexService::load(
                 &root.join("index"),
@@ -168,10 +174,14 @@ impl MessageStore {
         } else {
             None
         };
+        machine.transit(StoreState::LoadIndexOk)?;
         // Everything was found as expected: from here on, opening may change files.
         let checkpoint = StoreCheckpoint::open(&root.join("checkpoint"))?;
+        machine.transit(StoreState::RecoverBegin)?;
         cqs.recover()?;
+        machine.transit(StoreState::RecoverConsumeQueueOk)?;
         let mut recovery = commitlog.recover(config.check_crc_on_recover)?;
+        machine.transit(StoreState::RecoverCommitlogOk)?;
         recovery.abnormal = !last_exit_ok;
         // Consume queues never point past the commitlog's valid end.
         cqs.truncate_dirty(recovery.process_offset)?;
@@ -205,6 +215,7 @@ impl MessageStore {
                 None => {}
             }
         }
+        machine.transit(StoreState::RecoverTopicQueueTableOk)?;
         let open = Open {
             commitlog,
             cqs,
@@ -225,6 +236,7 @@ impl MessageStore {
         open._lock.mark_open()?;
         // Present while open: a crash leaves it behind (`lastExitOK` at the next open).
         open.abort.create()?;
+        machine.transit(StoreState::Running)?;
         log::info!(
             target: "rmqstore.store",
             "opened {}: {} messages, commitlog [{}, {}), {} consume queues",
@@ -236,6 +248,7 @@ impl MessageStore {
         );
         Ok(MessageStore {
             root: root.to_path_buf(),
+            machine,
             config,
             allocator,
             signal,
@@ -264,6 +277,11 @@ impl MessageStore {
     /// What the recovery at open found.
     pub fn recovery_report(&self) -> Result<RecoveryReport> {
         self.with_open(|_| self.recovery.clone())
+    }
+
+    /// The lifecycle state (`getStateMachine().getCurrentState()`).
+    pub fn state(&self) -> StoreState {
+        self.machine.get()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -616,6 +634,7 @@ impl MessageStore {
         let Some(open) = guard.take() else {
             return Ok(());
         };
+        let _ = self.machine.transit(StoreState::ShutdownBegin);
         self.stopping.store(true, Ordering::SeqCst);
         self.signal.wake();
         self.allocator.shutdown();
@@ -649,6 +668,7 @@ impl MessageStore {
             f.munlock();
         }
         drop(open);
+        let _ = self.machine.transit(StoreState::ShutdownOk);
         flushed.map(|_| ())?;
         dispatched?;
         cq_flushed?;
@@ -663,5 +683,128 @@ impl Drop for MessageStore {
         if let Err(e) = self.close() {
             log::error!(target: "rmqstore.store", "closing {} failed: {e}", self.root.display());
         }
+    }
+}
+
+/// The store's lifecycle (`MessageStoreStateMachine`, STORE_SPEC §18): states only move forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum StoreState {
+    Init = 0,
+    LoadBegin = 10,
+    LoadCommitlogOk = 11,
+    LoadConsumeQueueOk = 12,
+    LoadCompactionOk = 13,
+    LoadIndexOk = 14,
+    RecoverBegin = 20,
+    RecoverConsumeQueueOk = 21,
+    RecoverCommitlogOk = 22,
+    RecoverTopicQueueTableOk = 23,
+    Running = 30,
+    ShutdownBegin = 40,
+    ShutdownOk = 41,
+}
+
+impl StoreState {
+    pub const ALL: [StoreState; 13] = [
+        StoreState::Init,
+        StoreState::LoadBegin,
+        StoreState::LoadCommitlogOk,
+        StoreState::LoadConsumeQueueOk,
+        StoreState::LoadCompactionOk,
+        StoreState::LoadIndexOk,
+        StoreState::RecoverBegin,
+        StoreState::RecoverConsumeQueueOk,
+        StoreState::RecoverCommitlogOk,
+        StoreState::RecoverTopicQueueTableOk,
+        StoreState::Running,
+        StoreState::ShutdownBegin,
+        StoreState::ShutdownOk,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreState::Init => "INIT",
+            StoreState::LoadBegin => "LOAD_BEGIN",
+            StoreState::LoadCommitlogOk => "LOAD_COMMITLOG_OK",
+            StoreState::LoadConsumeQueueOk => "LOAD_CONSUME_QUEUE_OK",
+            StoreState::LoadCompactionOk => "LOAD_COMPACTION_OK",
+            StoreState::LoadIndexOk => "LOAD_INDEX_OK",
+            StoreState::RecoverBegin => "RECOVER_BEGIN",
+            StoreState::RecoverConsumeQueueOk => "RECOVER_CONSUME_QUEUE_OK",
+            StoreState::RecoverCommitlogOk => "RECOVER_COMMITLOG_OK",
+            StoreState::RecoverTopicQueueTableOk => "RECOVER_TOPIC_QUEUE_TABLE_OK",
+            StoreState::Running => "RUNNING",
+            StoreState::ShutdownBegin => "SHUTDOWN_BEGIN",
+            StoreState::ShutdownOk => "SHUTDOWN_OK",
+        }
+    }
+
+    /// RocketMQ's numeric state value.
+    pub fn value(self) -> u8 {
+        self as u8
+    }
+}
+
+/// Forward-only state holder.
+#[derive(Debug)]
+pub struct StateMachine {
+    state: std::sync::atomic::AtomicU8,
+}
+
+impl Default for StateMachine {
+    fn default() -> Self {
+        StateMachine {
+            state: std::sync::atomic::AtomicU8::new(StoreState::Init as u8),
+        }
+    }
+}
+
+impl StateMachine {
+    pub fn get(&self) -> StoreState {
+        let v = self.state.load(Ordering::Acquire);
+        StoreState::ALL
+            .iter()
+            .copied()
+            .find(|s| *s as u8 == v)
+            .unwrap_or(StoreState::Init)
+    }
+
+    /// Moves to `to`; a transition backwards (or to the same state) is refused and leaves the
+    /// state as it was.
+    pub fn transit(&self, to: StoreState) -> Result<()> {
+        let from = self.get();
+        if to <= from {
+            return Err(StoreError::InvalidArgument(format!(
+                "store state cannot go from {} back to {}",
+                from.name(),
+                to.name()
+            )));
+        }
+        self.state.store(to as u8, Ordering::Release);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod state_tests {
+    use super::*;
+
+    #[test]
+    fn forward_only() {
+        let m = StateMachine::default();
+        assert_eq!(m.get(), StoreState::Init);
+        m.transit(StoreState::LoadBegin).unwrap();
+        m.transit(StoreState::Running).unwrap();
+        assert!(m.transit(StoreState::LoadBegin).is_err());
+        assert_eq!(
+            m.get(),
+            StoreState::Running,
+            "a failed transition keeps the state"
+        );
+        assert!(m.transit(StoreState::Running).is_err());
+        m.transit(StoreState::ShutdownOk).unwrap();
+        assert_eq!(m.get().name(), "SHUTDOWN_OK");
+        assert_eq!(m.get().value(), 41);
     }
 }

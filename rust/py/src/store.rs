@@ -460,6 +460,12 @@ impl Store {
         self.inner.is_closed()
     }
 
+    /// The lifecycle state's RocketMQ name (`rmqstore.StoreState`).
+    #[getter]
+    fn state(&self) -> &'static str {
+        self.inner.state().name()
+    }
+
     fn attach_allocation_service(&self) {
         self.inner.attach_allocation_service();
     }
