@@ -356,6 +356,18 @@ class MessageStore:
         returns the flushed commitlog offset."""
         return self._core.flush()
 
+    def is_offset_aligned(self, offset: int) -> bool:
+        """Whether a valid message record (CRC checked) starts at commitlog ``offset``."""
+        return self._core.is_offset_aligned(offset)
+
+    def truncate_files(self, offset: int) -> bool:
+        """Cuts the store at commitlog ``offset``, which must be a message start
+        (:meth:`is_offset_aligned`): that message and every later one leave the commitlog, the
+        consume queues and the index, and writing continues there. Returns False, changing
+        nothing, when ``offset`` is at or past the end; an offset inside a message raises
+        :class:`~rmqstore.errors.InvalidArgumentError`."""
+        return self._core.truncate_files(offset)
+
     def get_flushed_where(self) -> int:
         """How far the commitlog is forced to disk."""
         return self._core.get_flushed_where()

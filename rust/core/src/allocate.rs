@@ -40,6 +40,9 @@ struct State {
     ready: BTreeMap<i64, Ready>,
     service_attached: bool,
     stopped: bool,
+    /// Bumped when pre-allocated segments are discarded; a segment made under an older
+    /// generation is deleted instead of kept.
+    generation: u64,
     unlock_queue: VecDeque<(Instant, Arc<MappedFile>)>,
 }
 
@@ -219,6 +222,7 @@ impl Allocator {
         if let Some(offset) = job {
             st.in_progress = Some(offset);
         }
+        let generation = st.generation;
         drop(st);
         for f in unlock {
             f.munlock();
@@ -233,7 +237,7 @@ impl Allocator {
             out.alloc_nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
             let mut st = self.lock();
             st.in_progress = None;
-            if st.stopped {
+            if st.stopped || st.generation != generation {
                 if let Ok(f) = &r {
                     let _ = f.destroy();
                 }
@@ -266,6 +270,23 @@ impl Allocator {
         }
         for (_, f) in unlock {
             f.munlock();
+        }
+    }
+
+    /// Deletes the segments made ahead of need and forgets pending requests (the commitlog was
+    /// truncated: they would no longer follow its last segment).
+    pub fn discard_ready(&self) {
+        let mut st = self.lock();
+        st.generation += 1;
+        st.pending.clear();
+        let ready = std::mem::take(&mut st.ready);
+        drop(st);
+        for (_, r) in ready {
+            if let Ok(f) = r {
+                if let Err(e) = f.destroy() {
+                    log::warn!(target: "rmqstore.allocate", "{e}");
+                }
+            }
         }
     }
 

@@ -756,6 +756,31 @@ impl CommitLog {
         Ok(report)
     }
 
+    /// `isOffsetAligned`: a message record whose CRC checks starts at `offset`.
+    pub fn is_aligned(&self, offset: i64) -> bool {
+        let Some(file) = self.queue.find_by_offset(offset) else {
+            return false;
+        };
+        file.read_from(offset - file.file_from_offset())
+            .is_some_and(|data| {
+                matches!(check_record_at(data, offset, true), RecordCheck::Message(_))
+            })
+    }
+
+    /// Cuts the commitlog at `offset` (later segments deleted, the rest of the cut one zeroed)
+    /// and installs the queue offset table that holds below it. Callers exclude every other
+    /// user of the store.
+    pub fn truncate(&self, offset: i64, table: HashMap<String, HashMap<i32, i64>>) -> Result<()> {
+        let _f = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.put.lock().unwrap_or_else(|p| p.into_inner());
+        self.queue.truncate_dirty(offset)?;
+        if self.queue.flushed_where() > offset {
+            self.queue.set_flushed_where(offset);
+        }
+        st.queue_offsets = table;
+        Ok(())
+    }
+
     /// Forces everything written to disk; returns the flushed offset.
     pub fn flush_all(&self) -> Result<i64> {
         let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());

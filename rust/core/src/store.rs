@@ -345,6 +345,64 @@ impl MessageStore {
         })?
     }
 
+    /// `isOffsetAligned`: a valid message record (CRC checked) starts at `offset`.
+    pub fn is_offset_aligned(&self, offset: i64) -> Result<bool> {
+        self.with_open(|o| o.commitlog.is_aligned(offset))
+    }
+
+    /// `truncateFiles`: cuts the commitlog at `offset`, which must be the start of a valid
+    /// message, dropping every message from there on from the commitlog, the consume queues and
+    /// the index; writing continues at `offset` with the queue offsets that held there. Returns
+    /// false (and changes nothing) when `offset` is at or past the end. Calls in flight finish
+    /// first; others wait until the cut is done.
+    pub fn truncate_files(&self, offset: i64) -> Result<bool> {
+        let guard = self.state.write().unwrap_or_else(|p| p.into_inner());
+        let Some(o) = guard.as_ref() else {
+            return Err(StoreError::Closed);
+        };
+        if offset >= o.commitlog.max_offset() {
+            return Ok(false);
+        }
+        if !o.commitlog.is_aligned(offset) {
+            return Err(StoreError::InvalidArgument(format!(
+                "offset {offset} is not the start of a valid message; nothing was truncated"
+            )));
+        }
+        // Dispatch everything first, so the queues know every queue offset below the cut.
+        o.commitlog.flush_all()?;
+        while o.behind() > 0 {
+            if o.dispatch(OPEN_DISPATCH_CHUNK)?.bytes == 0 {
+                break;
+            }
+        }
+        o.cqs.truncate_dirty(offset)?;
+        let mut resume = offset;
+        if let Some(index) = &o.index {
+            if let Some(from) = index.truncate_from(offset)? {
+                resume = resume.min(from);
+            }
+        }
+        self.allocator.discard_ready();
+        o.commitlog.truncate(offset, o.cqs.offset_table())?;
+        {
+            let mut from = o.reput_from.lock().unwrap_or_else(|p| p.into_inner());
+            *from = resume.max(o.commitlog.min_offset().max(0));
+            o.reput_offset.store(*from, Ordering::Release);
+        }
+        // Re-index what the dropped index files also held below the cut.
+        while o.behind() > 0 {
+            if o.dispatch(OPEN_DISPATCH_CHUNK)?.bytes == 0 {
+                break;
+            }
+        }
+        log::warn!(
+            target: "rmqstore.store",
+            "truncated {} at commitlog offset {offset}",
+            self.root.display()
+        );
+        Ok(true)
+    }
+
     /// From now on a service thread calls [`MessageStore::allocation_service_step`].
     pub fn attach_allocation_service(&self) {
         self.allocator.attach_service();

@@ -250,6 +250,14 @@ impl Store {
         self.run(py, |s| s.flush_consume_queues(least_pages))
     }
 
+    fn is_offset_aligned(&self, py: Python<'_>, offset: i64) -> PyResult<bool> {
+        self.run(py, |s| s.is_offset_aligned(offset))
+    }
+
+    fn truncate_files(&self, py: Python<'_>, offset: i64) -> PyResult<bool> {
+        self.run(py, |s| s.truncate_files(offset))
+    }
+
     fn flush_checkpoint(&self, py: Python<'_>) -> PyResult<()> {
         self.run(py, |s| s.flush_checkpoint())
     }
