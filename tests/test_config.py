@@ -42,6 +42,8 @@ def test_defaults_are_rocketmqs() -> None:
         "access_message_in_memory_max_ratio": 40,
         "max_filter_message_size": 16000,
         "sync_flush_timeout": 5000,
+        "disk_space_warning_level_ratio": 90,
+        "os_page_cache_busy_timeout_mills": 1000,
         "flush_interval_commit_log": 500,
         "flush_commit_log_least_pages": 4,
         "flush_commit_log_thorough_interval": 10000,

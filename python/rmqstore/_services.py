@@ -260,7 +260,9 @@ class GroupCommitService(ServiceThread):
 
 
 class CheckpointService(ServiceThread):
-    """Writes and forces the ``checkpoint`` file every second (RocketMQ's scheduled task)."""
+    """Every second: re-reads how full the disk is (puts are refused above
+    ``disk_space_warning_level_ratio``) and writes and forces the ``checkpoint`` file (RocketMQ's
+    scheduled tasks)."""
 
     name = "CheckpointService"
 
@@ -276,6 +278,7 @@ class CheckpointService(ServiceThread):
         if self._stopped.wait(self.interval):
             return False
         try:
+            self._core.check_disk_space()
             self._core.flush_checkpoint()
             self.rounds += 1
         except Exception:

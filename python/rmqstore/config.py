@@ -108,6 +108,12 @@ class StoreConfig:
     #: ``syncFlushTimeout``: ms a SYNC_FLUSH put waits for its force before answering
     #: FLUSH_DISK_TIMEOUT (the message is stored either way).
     sync_flush_timeout: int = 5000
+    #: ``diskSpaceWarningLevelRatio``: percent of the commitlog's disk in use above which puts
+    #: answer SERVICE_NOT_AVAILABLE until space returns (35 to 90, RocketMQ's bounds).
+    disk_space_warning_level_ratio: int = 90
+    #: ``osPageCacheBusyTimeOutMills``: a put that finds the append lock held longer than this
+    #: answers OS_PAGE_CACHE_BUSY.
+    os_page_cache_busy_timeout_mills: int = 1000
     #: ``flushIntervalCommitLog``: ms between ASYNC_FLUSH forces.
     flush_interval_commit_log: int = 500
     #: ``flushCommitLogLeastPages``: pages that must be waiting for an ASYNC_FLUSH force.
@@ -174,6 +180,10 @@ class StoreConfig:
             "flush_consume_queue_thorough_interval",
         ):
             _check_int(name, getattr(self, name), 1, _I32_MAX)
+        _check_int("disk_space_warning_level_ratio", self.disk_space_warning_level_ratio, 35, 90)
+        _check_int(
+            "os_page_cache_busy_timeout_mills", self.os_page_cache_busy_timeout_mills, 1, _I32_MAX
+        )
         for name in ("flush_commit_log_least_pages", "flush_consume_queue_least_pages"):
             _check_int(name, getattr(self, name), 0, _I32_MAX)
         _check_host("store_host", self.store_host)

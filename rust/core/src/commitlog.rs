@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -126,6 +126,30 @@ pub struct RecoveryReport {
     pub stop_reason: Option<String>,
 }
 
+/// `UtilAll.getDiskPartitionSpaceUsedPercent`: used / (used + available to us), of the file
+/// system holding `dir`.
+pub fn disk_usage(dir: &Path) -> Result<f64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| StoreError::InvalidArgument(format!("{} has a NUL byte", dir.display())))?;
+    // SAFETY: statvfs fills a plain struct from a NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(StoreError::io(
+            "cannot read disk usage of",
+            dir,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    let used = (st.f_blocks.saturating_sub(st.f_bfree)) as f64;
+    let avail = st.f_bavail as f64;
+    Ok(if used + avail > 0.0 {
+        used / (used + avail)
+    } else {
+        1.0
+    })
+}
+
 /// `check_record` for the record that should start at commitlog offset `here`: a record whose
 /// PHYSICALOFFSET field names another offset (a record image inside a body, stale bytes moved by
 /// a copy) is not the record at `here`.
@@ -232,6 +256,10 @@ pub struct CommitLog {
     group: GroupCommit,
     /// One flusher at a time (group commit, periodic flush, `flush()`, close).
     flush_lock: Mutex<()>,
+    /// The disk holding the commitlog is above `disk_space_warning_level_ratio`.
+    disk_full: AtomicBool,
+    disk_warning_ratio: f64,
+    busy_timeout_ms: i64,
     signal: Arc<DataSignal>,
     allocator: Arc<Allocator>,
     put: Mutex<PutState>,
@@ -257,6 +285,9 @@ impl CommitLog {
             sync_flush_timeout: Duration::from_millis(config.sync_flush_timeout.max(0) as u64),
             group: GroupCommit::default(),
             flush_lock: Mutex::new(()),
+            disk_full: AtomicBool::new(false),
+            disk_warning_ratio: f64::from(config.disk_space_warning_level_ratio) / 100.0,
+            busy_timeout_ms: config.os_page_cache_busy_timeout_mills,
             signal,
             allocator,
             put: Mutex::new(PutState::default()),
@@ -321,8 +352,61 @@ impl CommitLog {
         }
     }
 
+    /// The checks RocketMQ's put hook makes before encoding: a full disk refuses writes, and a
+    /// writer stuck in the append lock makes others back off.
+    fn admission(&self) -> Result<(), PutMessageStatus> {
+        if self.disk_full.load(Ordering::Acquire) {
+            return Err(PutMessageStatus::ServiceNotAvailable);
+        }
+        if self.is_os_page_cache_busy() {
+            return Err(PutMessageStatus::OsPageCacheBusy);
+        }
+        Ok(())
+    }
+
+    /// `isOSPageCacheBusy`: the append lock has been held longer than the busy timeout.
+    pub fn is_os_page_cache_busy(&self) -> bool {
+        let held = self.lock_time_millis();
+        held > self.busy_timeout_ms && held < 10_000_000
+    }
+
+    /// Re-reads how full the commitlog's disk is and sets or clears the disk-full state;
+    /// returns the used fraction.
+    pub fn refresh_disk_full(&self) -> Result<f64> {
+        let used = disk_usage(self.queue.dir())?;
+        let full = used > self.disk_warning_ratio;
+        let was = self.disk_full.swap(full, Ordering::AcqRel);
+        if full != was {
+            if full {
+                log::error!(
+                    target: "rmqstore.disk",
+                    "disk of {} is {:.0} % used, above the warning level of {:.0} %: puts are \
+                     refused with SERVICE_NOT_AVAILABLE until space returns",
+                    self.queue.dir().display(),
+                    used * 100.0,
+                    self.disk_warning_ratio * 100.0
+                );
+            } else {
+                log::warn!(
+                    target: "rmqstore.disk",
+                    "disk of {} is back to {:.0} % used: puts are accepted again",
+                    self.queue.dir().display(),
+                    used * 100.0
+                );
+            }
+        }
+        Ok(used)
+    }
+
+    pub fn is_disk_full(&self) -> bool {
+        self.disk_full.load(Ordering::Acquire)
+    }
+
     /// Appends one message (`asyncPutMessage`, without the flush/HA waits of later layers).
     pub fn put_message(&self, msg: &Message) -> AppendResult {
+        if let Err(s) = self.admission() {
+            return AppendResult::failed(s);
+        }
         let props =
             match render_properties(msg.properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
                 Ok(p) => p,
@@ -354,6 +438,9 @@ impl CommitLog {
     /// Appends a batch as contiguous records in one segment with one store timestamp
     /// (`asyncPutMessages`).
     pub fn put_messages(&self, batch: &Batch<'_>) -> AppendResult {
+        if let Err(s) = self.admission() {
+            return AppendResult::failed(s);
+        }
         if batch.bodies.is_empty() {
             return AppendResult::failed(PutMessageStatus::MessageIllegal);
         }
@@ -518,6 +605,9 @@ impl CommitLog {
     }
 
     fn new_segment(&self) -> Result<Arc<MappedFile>, PutMessageStatus> {
+        if let Err(e) = self.refresh_disk_full() {
+            log::warn!(target: "rmqstore.disk", "cannot read disk usage: {e}");
+        }
         let offset = self.queue.next_file_offset(0);
         match self.allocator.obtain(offset) {
             Ok(f) => {

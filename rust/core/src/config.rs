@@ -72,6 +72,12 @@ pub struct StoreConfig {
     pub max_filter_message_size: i64,
     /// `syncFlushTimeout` in ms: how long a SYNC_FLUSH put waits for its force.
     pub sync_flush_timeout: i64,
+    /// `diskSpaceWarningLevelRatio` in percent (35 to 90): above it puts are refused with
+    /// SERVICE_NOT_AVAILABLE until space returns.
+    pub disk_space_warning_level_ratio: i32,
+    /// `osPageCacheBusyTimeOutMills`: a put that finds the append lock held longer than this
+    /// answers OS_PAGE_CACHE_BUSY.
+    pub os_page_cache_busy_timeout_mills: i64,
 }
 
 impl Default for StoreConfig {
@@ -100,6 +106,8 @@ impl Default for StoreConfig {
             access_message_in_memory_max_ratio: 40,
             max_filter_message_size: 16000,
             sync_flush_timeout: 5000,
+            disk_space_warning_level_ratio: 90,
+            os_page_cache_busy_timeout_mills: 1000,
         }
     }
 }
@@ -165,6 +173,10 @@ impl StoreConfig {
             ),
             ("max_filter_message_size", self.max_filter_message_size),
             ("sync_flush_timeout", self.sync_flush_timeout),
+            (
+                "os_page_cache_busy_timeout_mills",
+                self.os_page_cache_busy_timeout_mills,
+            ),
         ] {
             if v < 1 {
                 return Err(StoreError::config(
@@ -172,6 +184,12 @@ impl StoreConfig {
                     format!("must be at least 1, got {v}"),
                 ));
             }
+        }
+        if !(35..=90).contains(&self.disk_space_warning_level_ratio) {
+            return Err(StoreError::config(
+                "disk_space_warning_level_ratio",
+                "must be a percentage between 35 and 90 (RocketMQ's bounds)",
+            ));
         }
         if !(0..=100).contains(&self.access_message_in_memory_max_ratio) {
             return Err(StoreError::config(

@@ -22,8 +22,9 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -304,7 +305,15 @@ pub struct IndexFile {
     flushed_count: AtomicI32,
     /// Serializes writers of the mapping (puts and header writes).
     writer: Mutex<()>,
+    /// Kept for reserving blocks (`fallocate`) ahead of the writes.
+    file: File,
+    /// Bytes from the start whose blocks are reserved: the mapping is only written below this,
+    /// so a full disk fails a put instead of faulting the process (SIGBUS).
+    reserved: AtomicU64,
 }
+
+/// Blocks reserved at a time ahead of the entry being written.
+const RESERVE_CHUNK: u64 = 1 << 20;
 
 impl std::fmt::Debug for IndexFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -350,6 +359,16 @@ impl IndexFile {
             }
         };
         f.flushed_count.store(-1, Ordering::Relaxed);
+        let slots_end = ((HEADER_WORDS + hash_slot_num as usize) * 4) as u64;
+        if let Err(e) = f.reserve_to(slots_end) {
+            drop(f);
+            let _ = std::fs::remove_file(path);
+            return Err(StoreError::io(
+                "cannot reserve space for index file",
+                path,
+                e,
+            ));
+        }
         f.populate_slots();
         if end_phy_offset > 0 {
             f.begin_phy_offset.store(end_phy_offset, Ordering::Relaxed);
@@ -424,6 +443,9 @@ impl IndexFile {
         f.index_count.store(count, Ordering::Relaxed);
         // Clean unless the count was corrected (a flush then writes the corrected header).
         f.flushed_count.store(on_disk_count, Ordering::Relaxed);
+        // Reserve what is in use (best effort: a put reserves again before writing).
+        let used = (f.entry_word(count.min(f.index_num - 1)) * 4) as u64;
+        let _ = f.reserve_to(used);
         Ok(f)
     }
 
@@ -464,7 +486,46 @@ impl IndexFile {
             index_count: AtomicI32::new(1),
             flushed_count: AtomicI32::new(1),
             writer: Mutex::new(()),
+            file: file
+                .try_clone()
+                .map_err(|e| StoreError::io("cannot open", path, e))?,
+            reserved: AtomicU64::new(0),
         })
+    }
+
+    /// Makes sure the blocks of the first `end` bytes are allocated (`fallocate`), a chunk
+    /// ahead. Where the file system cannot reserve (EOPNOTSUPP), writes go ahead unreserved.
+    fn reserve_to(&self, end: u64) -> std::io::Result<()> {
+        let have = self.reserved.load(Ordering::Acquire);
+        if end <= have {
+            return Ok(());
+        }
+        let size = (self.words * 4) as u64;
+        let target = end
+            .max(have + RESERVE_CHUNK)
+            .div_ceil(4096)
+            .saturating_mul(4096)
+            .min(size);
+        // SAFETY: plain syscall on an owned descriptor; the range lies inside the file.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_KEEP_SIZE,
+                have as libc::off_t,
+                (target - have) as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if !matches!(
+                err.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+            ) {
+                return Err(err);
+            }
+        }
+        self.reserved.store(target, Ordering::Release);
+        Ok(())
     }
 
     /// The mapping as 32-bit atomics (the only way it is ever accessed).
@@ -654,6 +715,14 @@ impl IndexFile {
         let slot_word = self.slot_word(key_hash);
         let entry_word = self.entry_word(count);
         if slot_word >= self.words || entry_word + ENTRY_WORDS > self.words {
+            return false;
+        }
+        if let Err(e) = self.reserve_to(((entry_word + ENTRY_WORDS) * 4) as u64) {
+            log::error!(
+                target: LOG_TARGET,
+                "cannot reserve space in index file {} ({e}); the key is not indexed here",
+                self.path.display()
+            );
             return false;
         }
         let mut slot_value = self.get_i32(slot_word, Ordering::Relaxed).unwrap_or(0);

@@ -156,6 +156,9 @@ impl MessageStore {
         let commitlog =
             CommitLog::load(&commitlog_dir, &config, allocator.clone(), signal.clone())?;
         machine.transit(StoreState::LoadCommitlogOk)?;
+        if let Err(e) = commitlog.refresh_disk_full() {
+            log::warn!(target: "rmqstore.disk", "cannot read disk usage: {e}");
+        }
         let cqs = ConsumeQueueStore::load(
             &root.join("consumequeue"),
             config.consume_queue_units_per_file(),
@@ -456,6 +459,13 @@ impl MessageStore {
     /// Writes and forces the `checkpoint` file (every second, and at close).
     pub fn flush_checkpoint(&self) -> Result<()> {
         self.with_open(|o| o.flush_checkpoint())?
+    }
+
+    /// Re-reads the disk usage of the commitlog's file system, refusing or accepting puts from
+    /// now on; returns the used fraction (called every second by a service, and at each new
+    /// segment).
+    pub fn check_disk_space(&self) -> Result<f64> {
+        self.with_open(|o| o.commitlog.refresh_disk_full())?
     }
 
     /// How far the commitlog is forced to disk (`getFlushedWhere`).

@@ -54,7 +54,9 @@ fn config_from_dict(cfg: &Bound<'_, PyDict>) -> PyResult<StoreConfig> {
         max_transfer_bytes_on_message_in_disk,
         access_message_in_memory_max_ratio,
         max_filter_message_size,
-        sync_flush_timeout
+        sync_flush_timeout,
+        disk_space_warning_level_ratio,
+        os_page_cache_busy_timeout_mills
     );
     if let Some(v) = cfg.get_item("flush_disk_type")? {
         let s: String = v.extract()?;
@@ -256,6 +258,10 @@ impl Store {
 
     fn truncate_files(&self, py: Python<'_>, offset: i64) -> PyResult<bool> {
         self.run(py, |s| s.truncate_files(offset))
+    }
+
+    fn check_disk_space(&self, py: Python<'_>) -> PyResult<f64> {
+        self.run(py, |s| s.check_disk_space())
     }
 
     fn flush_checkpoint(&self, py: Python<'_>) -> PyResult<()> {
