@@ -29,6 +29,7 @@ class Row:
 OPEN_TARGETS = {
     "dispatch vs batch append": 3,
     "read_batch to pyarrow": 3,
+    "SYNC_FLUSH group commit": 4,
 }
 
 
@@ -164,6 +165,28 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                 "p50 < 20 us",
                 # Lower is better: in quick mode allow twice the target.
                 p50 <= 20e-6 / scale,
+            )
+        )
+    gc = results.get("group_commit")
+    if gc:
+        ratio = float(gc["multi_rate"]) / float(gc["single_rate"])
+        per_force = float(gc["msgs_per_force"])
+        detail = (
+            f"32 producers {fmt_rate(float(gc['multi_rate']), 'msg/s')} vs one "
+            f"{fmt_rate(float(gc['single_rate']), 'msg/s')}; put p50 "
+            f"{float(gc['put_p50_s']) * 1e3:.2f} ms, p99 {float(gc['put_p99_s']) * 1e3:.2f} ms; "
+            f"raw fdatasync p50 {float(gc['fsync_p50_s']) * 1e3:.2f} ms, "
+            f"p99 {float(gc['fsync_p99_s']) * 1e3:.2f} ms"
+        )
+        rows.append(
+            Row(f"SYNC_FLUSH group commit ({detail})", f"{ratio:.1f}x", ">= 8x", check(ratio, 8))
+        )
+        rows.append(
+            Row(
+                "SYNC_FLUSH messages per force, 32 producers",
+                f"{per_force:.1f}",
+                ">= 16",
+                check(per_force, 16),
             )
         )
     return rows
