@@ -189,6 +189,18 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                 check(per_force, 16),
             )
         )
+    rec = results.get("recovery")
+    if rec:
+        rec_rate = float(rec["recover_rate"])
+        rows.append(
+            Row(
+                f"abnormal recovery, full CRC scan of {float(rec['bytes']) / 2**20:.0f} MiB "
+                f"(plain read of the same files {fmt_rate(float(rec['read_rate']), 'B/s')})",
+                fmt_rate(rec_rate, "B/s"),
+                ">= 1 GB/s",
+                check(rec_rate, 1e9),
+            )
+        )
     return rows
 
 
