@@ -13,15 +13,22 @@ import rmqstore
 def test_abnormal_recovery(benchmark, scaled, tmp_path: Path) -> None:
     path = tmp_path / "store"
     seg = 64 << 20
-    total = scaled(512, 64) << 20
+    total = scaled(1024, 64) << 20
     bodies = [os.urandom(1024)] * 1024
     with rmqstore.MessageStore(path, mapped_file_size_commit_log=seg) as store:
         while store.get_max_phy_offset() < total:
             store.put_messages("Recover", 0, bodies, tags="TagA")
         store.flush()
         written = store.get_max_phy_offset()
-    # The marker a crash leaves behind (the pid of a process that is gone).
-    (path / "abort").write_text("0")
+
+    def crash_marks() -> None:
+        # What a crash before the first checkpoint leaves: the abort marker and checkpoint
+        # times of 0, so recovery checks every segment from the first (STORE_SPEC §5.5).
+        (path / "abort").write_text("0")
+        with open(path / "checkpoint", "r+b") as cp:
+            cp.write(bytes(16))
+
+    crash_marks()
 
     # Baseline: read every commitlog byte once, from the page cache as recovery will.
     buf = bytearray(1 << 20)
@@ -42,11 +49,12 @@ def test_abnormal_recovery(benchmark, scaled, tmp_path: Path) -> None:
         opens.append(time.perf_counter() - t0)
         report.update(s.recovery_report())
         s.close()
-        (path / "abort").write_text("0")
+        crash_marks()
 
     benchmark.pedantic(reopen, rounds=scaled(3, 1), iterations=1)
     assert report["abnormal"] is True
     assert report["process_offset"] == written
+    assert report["start_offset"] == 0
     recover_s = sorted(opens)[len(opens) // 2]
     benchmark.extra_info.update(
         metric="recovery",

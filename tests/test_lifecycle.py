@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import gc
 import os
+import shutil
 import struct
 import threading
 import time
@@ -209,7 +210,9 @@ def test_reopen_finds_everything_written(open_store, store_path: Path) -> None:
     assert store.get_min_phy_offset() == 0
     report = store.recovery_report()
     assert report["process_offset"] == max_offset
-    assert report["messages"] == len(written)
+    # A clean close: the scan starts at the segment of the last message (STORE_SPEC §5.4).
+    assert report["start_offset"] == written[-1][0] // SEGMENT * SEGMENT
+    assert report["messages"] == sum(1 for off, _, _ in written if off >= report["start_offset"])
     assert report["stop_reason"] is None
     assert report["discarded_bytes"] == 0
     for off, old in snapshot_before.items():
@@ -307,7 +310,9 @@ def test_close_while_other_threads_put(open_store) -> None:
     assert len(done) > 100
     with open_store() as again:
         assert again.get_max_phy_offset() == max(r.wrote_offset + r.wrote_bytes for r, _ in done)
-        assert again.recovery_report()["messages"] == len(done)
+        start = again.recovery_report()["start_offset"]
+        scanned = sum(1 for r, _ in done if r.wrote_offset >= start)
+        assert again.recovery_report()["messages"] == scanned
         for r, body in done[:: max(1, len(done) // 200)]:
             assert again.look_message_by_offset(r.wrote_offset).body == body
 
@@ -524,7 +529,11 @@ def test_recovery_truncates_at_the_first_damaged_record(
     report = store.recovery_report()
     assert report["stop_reason"]
     assert report["process_offset"] == start
-    assert report["messages"] == index
+    # The scan starts at the newest segment (the one before it when its first record is the
+    # damaged one) and checks every record up to the damage.
+    first = 2 * SEGMENT if which else SEGMENT
+    assert report["start_offset"] == first
+    assert report["messages"] == sum(1 for r in results[:index] if r.wrote_offset >= first)
     assert report["discarded_bytes"] > 0
     for i, r in enumerate(results[:index]):
         m = store.look_message_by_offset(r.wrote_offset)
@@ -547,7 +556,10 @@ def test_recovery_truncates_at_the_first_damaged_record(
     assert store.get_max_phy_offset() == start + new.wrote_bytes
     report = store.recovery_report()
     assert report["stop_reason"] is None
-    assert report["messages"] == index + 1
+    assert report["start_offset"] == 2 * SEGMENT
+    assert report["messages"] == 1 + sum(
+        1 for r in results[:index] if r.wrote_offset >= 2 * SEGMENT
+    )
     for r in results[index + 1 :]:
         assert store.look_message_by_offset(r.wrote_offset) is None
     n2 = store.put_message(Message("Rec", b"n2"))
@@ -566,7 +578,10 @@ def test_recovery_in_an_older_segment_drops_the_later_ones(open_store, store_pat
     data = bytearray(path.read_bytes())
     _flip_body_byte(data, 0, target.wrote_bytes)
     path.write_bytes(bytes(data))
+    # Without consume queues recovery scans from the first segment (and rebuilds them).
+    shutil.rmtree(store_path / "consumequeue")
     store = open_store()
+    assert store.recovery_report()["start_offset"] == 0
     assert store.get_max_phy_offset() == SEGMENT
     assert store.recovery_report()["stop_reason"]
     assert not (commitlog_dir(store_path) / segment_name(2 * SEGMENT)).exists()
@@ -574,6 +589,67 @@ def test_recovery_in_an_older_segment_drops_the_later_ones(open_store, store_pat
     new = store.put_message(Message("Rec", b"x"))
     assert new.wrote_offset == SEGMENT
     assert new.queue_offset == results.index(target)
+
+
+def test_clean_restart_scans_from_the_segment_of_the_last_dispatched_message(
+    open_store,
+) -> None:
+    store = open_store()
+    early = store.put_message(Message("Early", b"only in segment 0"))
+    results = [store.put_message(Message("Rec", _body(i), tags="t")) for i in range(50)]
+    store.close()
+    assert early.wrote_offset < SEGMENT <= 2 * SEGMENT <= results[-1].wrote_offset
+    last_segment = results[-1].wrote_offset // SEGMENT * SEGMENT
+    with open_store() as again:
+        report = again.recovery_report()
+        assert not report["abnormal"]
+        assert report["start_offset"] == last_segment
+        assert report["messages"] == sum(1 for r in results if r.wrote_offset >= last_segment)
+        # The next queue offsets of queues last written before the scan come from the
+        # consume queues (RocketMQ's recoverTopicQueueTable).
+        assert again.put_message(Message("Early", b"next")).queue_offset == 1
+        assert again.put_message(Message("Rec", b"next")).queue_offset == 50
+
+
+def _fill_three_segments_slowly(open_store) -> list[rmqstore.PutMessageResult]:
+    """As ``_fill_three_segments``, with every message stored in a later millisecond."""
+    store = open_store()
+    results = []
+    for i in range(50):
+        results.append(store.put_message(Message("Rec", _body(i), tags="t")))
+        time.sleep(0.002)
+    assert all(r.ok for r in results)
+    assert results[-1].wrote_offset // SEGMENT == 2
+    store.close()
+    return results
+
+
+@pytest.mark.parametrize("segment", [0, 1, 2])
+def test_crash_recovery_starts_at_the_newest_segment_older_than_the_checkpoint(
+    open_store, store_path: Path, segment: int
+) -> None:
+    results = _fill_three_segments_slowly(open_store)
+    first_of = {r.wrote_offset // SEGMENT: r for r in reversed(results)}
+    assert sorted(first_of) == [0, 1, 2]
+    # The checkpoint as a crash would leave it: its minimum time (min(physic, logics) - 3 s)
+    # is the store time of the chosen segment's first message; 0 (never written) for segment 0.
+    ts = first_of[segment].store_timestamp + 3000 if segment else 0
+    checkpoint = store_path / "checkpoint"
+    data = bytearray(checkpoint.read_bytes())
+    data[0:16] = struct.pack(">qq", ts, ts)
+    checkpoint.write_bytes(bytes(data))
+    (store_path / "abort").write_text("0")
+    with open_store() as store:
+        report = store.recovery_report()
+        assert report["abnormal"]
+        assert report["start_offset"] == segment * SEGMENT
+        assert report["messages"] == sum(1 for r in results if r.wrote_offset >= segment * SEGMENT)
+        assert store.get_max_phy_offset() == results[-1].wrote_offset + results[-1].wrote_bytes
+        assert store.wait_dispatched()
+        assert store.put_message(Message("Rec", b"after")).queue_offset == 50
+        bodies = [m.body for m in store.get_message("g", "Rec", 0, 0).messages]
+        bodies += [m.body for m in store.get_message("g", "Rec", 0, len(bodies)).messages]
+        assert bodies[:50] == [_body(i) for i in range(50)]
 
 
 def test_no_crc_check_on_recover_keeps_a_flipped_body(open_store, store_path: Path) -> None:

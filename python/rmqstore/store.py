@@ -390,5 +390,12 @@ class MessageStore:
         return {service.name: service.stats() for service in self._services}
 
     def recovery_report(self) -> dict[str, Any]:
-        """What recovery found when the store was opened."""
+        """What recovery found when the store was opened.
+
+        ``abnormal`` (the last run did not close cleanly), ``start_offset`` (the segment the
+        scan began at, chosen as RocketMQ does: after a clean close the newest segment at or
+        before the consume queues' end, after a crash the newest one whose first message is
+        older than the checkpoint), ``messages`` (messages the scan checked),
+        ``process_offset`` (the recovered end), ``discarded_bytes`` and ``stop_reason``.
+        """
         return self._core.recovery_report()

@@ -112,6 +112,17 @@ impl PutState {
     }
 }
 
+/// How recovery chooses the segment its scan starts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryStart {
+    /// After a clean shutdown (`recoverNormally`): the newest segment starting at or before
+    /// `dispatch_from`, the largest commitlog offset the consume queues hold (-1: none).
+    Normal { dispatch_from: i64 },
+    /// After a crash (`recoverAbnormally`): the newest segment whose first message was stored
+    /// at or before the checkpoint's `min_timestamp`.
+    Abnormal { min_timestamp: i64 },
+}
+
 /// What recovery found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -119,7 +130,10 @@ pub struct RecoveryReport {
     pub abnormal: bool,
     /// End of the last valid record.
     pub process_offset: i64,
+    /// Messages checked by the scan (those from `start_offset` on).
     pub messages: u64,
+    /// Where the scan began: the start of the segment chosen as RocketMQ chooses it.
+    pub start_offset: i64,
     /// Bytes past `process_offset` that held data (not zeros) and were discarded.
     pub discarded_bytes: i64,
     /// Why the scan stopped, when it stopped at something other than clean zeros.
@@ -769,16 +783,46 @@ impl CommitLog {
         }
     }
 
-    /// Rebuilds the write position and the topic-queue table by scanning every segment with
-    /// `check_crc`, stopping at the first invalid record and truncating there.
-    pub fn recover(&self, check_crc: bool) -> Result<RecoveryReport> {
+    /// The segment recovery starts from (STORE_SPEC §5.4 step 2, §5.5 step 1): walking back
+    /// from the newest, the first whose first record is a message (CRC checked) with a store
+    /// timestamp, matching `start`; segment 0 when none matches (it is never checked).
+    fn recovery_start(files: &[Arc<MappedFile>], start: RecoveryStart) -> usize {
+        (1..files.len())
+            .rev()
+            .find(|&idx| {
+                let file = &files[idx];
+                let data = file.read_from(0).unwrap_or(&[]);
+                let RecordCheck::Message(d) = check_record_at(data, file.file_from_offset(), true)
+                else {
+                    return false;
+                };
+                d.store_timestamp != 0
+                    && match start {
+                        RecoveryStart::Normal { dispatch_from } => {
+                            file.file_from_offset() <= dispatch_from
+                        }
+                        RecoveryStart::Abnormal { min_timestamp } => {
+                            d.store_timestamp <= min_timestamp
+                        }
+                    }
+            })
+            .unwrap_or(0)
+    }
+
+    /// Rebuilds the write position by scanning from the segment `start` chooses with
+    /// `check_crc`, stopping at the first invalid record and truncating there. The topic-queue
+    /// table holds what the scan saw; [`CommitLog::merge_queue_offsets`] adds the consume
+    /// queues' view of the segments before it.
+    pub fn recover(&self, check_crc: bool, start: RecoveryStart) -> Result<RecoveryReport> {
         let files = self.queue.files();
         let mut report = RecoveryReport::default();
         let mut table: HashMap<String, HashMap<i32, i64>> = HashMap::new();
         let mut last_ts = 0i64;
+        let first = Self::recovery_start(&files, start);
         // Every scan ends at a blank record of the last segment or at an invalid record.
-        let mut process_offset = files.first().map(|f| f.file_from_offset()).unwrap_or(0);
-        'files: for (idx, file) in files.iter().enumerate() {
+        let mut process_offset = files.get(first).map(|f| f.file_from_offset()).unwrap_or(0);
+        report.start_offset = process_offset;
+        'files: for (idx, file) in files.iter().enumerate().skip(first) {
             let data = file.read_from(0).unwrap_or(&[]);
             let mut pos = 0usize;
             loop {
@@ -844,6 +888,19 @@ impl CommitLog {
         st.queue_offsets = table;
         st.last_store_ts = last_ts;
         Ok(report)
+    }
+
+    /// Raises the next queue offsets to those of `table` (from the consume queues, truncated
+    /// to the recovered end): queues whose last messages lie before the scan's start segment.
+    pub fn merge_queue_offsets(&self, table: HashMap<String, HashMap<i32, i64>>) {
+        let mut st = self.put.lock().unwrap_or_else(|p| p.into_inner());
+        for (topic, queues) in table {
+            let mine = st.queue_offsets.entry(topic).or_default();
+            for (queue_id, next) in queues {
+                let e = mine.entry(queue_id).or_insert(next);
+                *e = (*e).max(next);
+            }
+        }
     }
 
     /// `isOffsetAligned`: a message record whose CRC checks starts at `offset`.

@@ -21,7 +21,7 @@ pub mod reput;
 pub mod store;
 pub mod util;
 
-pub use commitlog::{AppendResult, Batch, RecoveryReport};
+pub use commitlog::{AppendResult, Batch, RecoveryReport, RecoveryStart};
 pub use config::{FlushDiskType, StoreConfig};
 pub use error::{Result, StoreError};
 pub use message::{HostAddr, Message, MessageExt, PutMessageStatus};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::allocate::{AllocateConfig, Allocator, ServiceStep};
 use crate::checkpoint::{AbortFile, StoreCheckpoint};
-use crate::commitlog::{AppendResult, Batch, CommitLog, DataSignal, RecoveryReport};
+use crate::commitlog::{AppendResult, Batch, CommitLog, DataSignal, RecoveryReport, RecoveryStart};
 use crate::config::{FlushDiskType, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, CqUnit};
 use crate::consume_queue_store::ConsumeQueueStore;
@@ -183,11 +183,22 @@ impl MessageStore {
         machine.transit(StoreState::RecoverBegin)?;
         cqs.recover()?;
         machine.transit(StoreState::RecoverConsumeQueueOk)?;
-        let mut recovery = commitlog.recover(config.check_crc_on_recover)?;
+        let start = if last_exit_ok {
+            RecoveryStart::Normal {
+                dispatch_from: cqs.max_physic_offset(),
+            }
+        } else {
+            RecoveryStart::Abnormal {
+                min_timestamp: checkpoint.min_timestamp(),
+            }
+        };
+        let mut recovery = commitlog.recover(config.check_crc_on_recover, start)?;
         machine.transit(StoreState::RecoverCommitlogOk)?;
         recovery.abnormal = !last_exit_ok;
-        // Consume queues never point past the commitlog's valid end.
+        // Consume queues never point past the commitlog's valid end; what they hold before
+        // the scan's start completes the topic-queue table (`recoverTopicQueueTable`).
         cqs.truncate_dirty(recovery.process_offset)?;
+        commitlog.merge_queue_offsets(cqs.offset_table());
         cqs.correct_min_offsets(commitlog.min_offset().max(0));
         // Dispatch resumes after the last record the queues hold (everything, when the
         // queues are gone: deleting consumequeue/ rebuilds it).

@@ -466,6 +466,7 @@ impl Store {
         d.set_item("messages", r.messages)?;
         d.set_item("discarded_bytes", r.discarded_bytes)?;
         d.set_item("stop_reason", r.stop_reason.clone())?;
+        d.set_item("start_offset", r.start_offset)?;
         Ok(d)
     }
 
