@@ -652,6 +652,39 @@ def test_crash_recovery_starts_at_the_newest_segment_older_than_the_checkpoint(
         assert bodies[:50] == [_body(i) for i in range(50)]
 
 
+@pytest.mark.parametrize("scenario", ["clean", "corrupt-tail", "corrupt-tail-and-abort"])
+def test_store_spec_5_6_recover_scenarios(open_store, store_path: Path, scenario: str) -> None:
+    """STORE_SPEC §5.6 (RocketMQ's DefaultMessageStoreTest testRecover)."""
+    results = _fill_three_segments(open_store)
+    last = results[-1]
+    end = last.wrote_offset + last.wrote_bytes
+    if scenario != "clean":
+        # Zero 16 bytes at the topic-length position of the last record.
+        path = commitlog_dir(store_path) / segment_name(2 * SEGMENT)
+        data = bytearray(path.read_bytes())
+        at = last.wrote_offset - 2 * SEGMENT + 88 + BODY
+        data[at : at + 16] = bytes(16)
+        path.write_bytes(bytes(data))
+    if scenario == "corrupt-tail-and-abort":
+        (store_path / "abort").write_text("0")
+    with open_store() as store:
+        report = store.recovery_report()
+        assert report["abnormal"] is (scenario == "corrupt-tail-and-abort")
+        assert store.wait_dispatched()
+        if scenario == "clean":
+            assert store.get_max_phy_offset() == end
+            assert store.get_max_offset_in_queue("Rec", 0) == 50
+            return
+        # Both recoveries roll back to the end of the previous record.
+        assert report["stop_reason"]
+        assert store.get_max_phy_offset() == last.wrote_offset
+        assert store.get_max_offset_in_queue("Rec", 0) == 49
+        assert store.look_message_by_offset(last.wrote_offset) is None
+        again = store.put_message(Message("Rec", b"after", tags="t"))
+        assert (again.wrote_offset, again.queue_offset) == (last.wrote_offset, 49)
+        assert store.look_message_by_offset(again.wrote_offset).body == b"after"
+
+
 def test_no_crc_check_on_recover_keeps_a_flipped_body(open_store, store_path: Path) -> None:
     results = _fill_three_segments(open_store)
     target = results[-3]
