@@ -150,7 +150,7 @@ def _error_classes() -> list[type[BaseException]]:
 def test_every_error_derives_from_rmqstore_error() -> None:
     classes = _error_classes()
     assert {c.__name__ for c in classes} == set(rmqstore.errors.__all__)
-    assert len(classes) == 7
+    assert len(classes) == 8
     for cls in classes:
         assert issubclass(cls, rmqstore.RmqStoreError), cls
         assert issubclass(cls, Exception), cls
@@ -168,6 +168,9 @@ def test_errors_also_derive_from_the_fitting_builtin() -> None:
     ):
         assert issubclass(cls, ValueError)
         assert not issubclass(cls, OSError)
+    # A misspelt setting is also what Python raises for an unknown keyword.
+    assert issubclass(rmqstore.UnknownSettingError, TypeError)
+    assert issubclass(rmqstore.UnknownSettingError, rmqstore.StoreConfigError)
 
 
 def test_errors_raised_by_the_extension_are_the_package_classes(store_path: Path) -> None:

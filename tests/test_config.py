@@ -145,8 +145,14 @@ def test_bad_override_fails_before_anything_is_created(
 
 
 def test_unknown_setting_is_a_type_error(store_path: Path) -> None:
-    with pytest.raises(TypeError, match="unknown_setting"):
+    with pytest.raises(rmqstore.UnknownSettingError, match="unknown_setting") as info:
         MessageStore(store_path, unknown_setting=1)
+    assert isinstance(info.value, TypeError)
+    assert isinstance(info.value, rmqstore.RmqStoreError)
+    assert info.value.setting == "unknown_setting"
+    # A RocketMQ setting not offered yet says so instead of being ignored.
+    with pytest.raises(rmqstore.UnknownSettingError, match="not implemented yet"):
+        MessageStore(store_path, transient_store_pool_enable=True)
     with pytest.raises(TypeError):
         StoreConfig(unknown_setting=1)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="unknown_setting"):

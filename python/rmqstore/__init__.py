@@ -17,6 +17,7 @@ from .errors import (
     StoreCorruptedError,
     StoreIOError,
     StoreLockedError,
+    UnknownSettingError,
 )
 from .store import MessageStore
 
@@ -38,5 +39,6 @@ __all__ = [
     "StoreIOError",
     "StoreLockedError",
     "StoreState",
+    "UnknownSettingError",
     "__version__",
 ]

@@ -13,9 +13,15 @@ import re
 from typing import Any
 
 from .enums import FlushDiskType
-from .errors import StoreConfigError
+from .errors import StoreConfigError, UnknownSettingError
 
 __all__ = ["StoreConfig"]
+
+# RocketMQ settings this store does not offer yet, with what to know about them.
+_NOT_YET = {
+    "transient_store_pool_enable": "RocketMQ's transient store pool is not implemented yet; "
+    "appends go straight to the mapped segments",
+}
 
 _GiB = 1024 * 1024 * 1024
 _MiB = 1024 * 1024
@@ -193,11 +199,15 @@ class StoreConfig:
             object.__setattr__(self, "store_path_commit_log", os.fspath(self.store_path_commit_log))
 
     def replace(self, **overrides: Any) -> StoreConfig:
-        """A copy with some settings changed; an unknown name raises ``TypeError``."""
+        """A copy with some settings changed; an unknown name raises
+        :class:`UnknownSettingError` (a ``TypeError``)."""
         names = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(overrides) - names)
         if unknown:
-            raise TypeError(f"unknown store setting(s): {', '.join(unknown)}")
+            hint = "".join(f" ({_NOT_YET[n]})" for n in unknown if n in _NOT_YET)
+            raise UnknownSettingError(
+                f"unknown store setting(s): {', '.join(unknown)}{hint}", unknown[0]
+            )
         return dataclasses.replace(self, **overrides)
 
     def to_dict(self) -> dict[str, Any]:

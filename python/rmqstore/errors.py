@@ -15,6 +15,7 @@ __all__ = [
     "StoreCorruptedError",
     "StoreIOError",
     "StoreLockedError",
+    "UnknownSettingError",
 ]
 
 
@@ -50,6 +51,11 @@ class StoreConfigError(RmqStoreError, ValueError):
     def __init__(self, message: str, setting: str | None = None) -> None:
         super().__init__(message)
         self.setting = setting
+
+
+class UnknownSettingError(StoreConfigError, TypeError):
+    """A setting name the store does not have (a ``TypeError``, as for an unknown keyword);
+    ``setting`` names the first one."""
 
 
 class InvalidArgumentError(RmqStoreError, ValueError):
