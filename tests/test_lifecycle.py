@@ -465,9 +465,15 @@ def _body(i: int) -> bytes:
     return bytes((i * 31 + j) % 251 for j in range(BODY))
 
 
-def _fill_three_segments(open_store) -> list[rmqstore.PutMessageResult]:
+def _fill_three_segments(open_store, pause: float = 0.0) -> list[rmqstore.PutMessageResult]:
+    """50 messages over three segments, then a clean close; ``pause`` seconds between puts
+    give every message its own store millisecond."""
     store = open_store()
-    results = [store.put_message(Message("Rec", _body(i), tags="t")) for i in range(50)]
+    results = []
+    for i in range(50):
+        results.append(store.put_message(Message("Rec", _body(i), tags="t")))
+        if pause:
+            time.sleep(pause)
     assert all(r.ok for r in results)
     assert results[-1].wrote_offset // SEGMENT == 2
     store.close()
@@ -611,24 +617,11 @@ def test_clean_restart_scans_from_the_segment_of_the_last_dispatched_message(
         assert again.put_message(Message("Rec", b"next")).queue_offset == 50
 
 
-def _fill_three_segments_slowly(open_store) -> list[rmqstore.PutMessageResult]:
-    """As ``_fill_three_segments``, with every message stored in a later millisecond."""
-    store = open_store()
-    results = []
-    for i in range(50):
-        results.append(store.put_message(Message("Rec", _body(i), tags="t")))
-        time.sleep(0.002)
-    assert all(r.ok for r in results)
-    assert results[-1].wrote_offset // SEGMENT == 2
-    store.close()
-    return results
-
-
 @pytest.mark.parametrize("segment", [0, 1, 2])
 def test_crash_recovery_starts_at_the_newest_segment_older_than_the_checkpoint(
     open_store, store_path: Path, segment: int
 ) -> None:
-    results = _fill_three_segments_slowly(open_store)
+    results = _fill_three_segments(open_store, pause=0.002)
     first_of = {r.wrote_offset // SEGMENT: r for r in reversed(results)}
     assert sorted(first_of) == [0, 1, 2]
     # The checkpoint as a crash would leave it: its minimum time (min(physic, logics) - 3 s)
