@@ -239,13 +239,15 @@ struct GroupCommit {
     state: Mutex<GroupState>,
     /// A producer started waiting.
     request: Condvar,
-    /// A force completed.
-    done: Condvar,
+    /// Set once under `state`; read by parked producers without the lock.
+    stopped: AtomicBool,
 }
 
 #[derive(Default)]
 struct GroupState {
-    waiting: usize,
+    /// Producers waiting for a force: the offset each needs forced, and the thread to unpark
+    /// once it is (RocketMQ completes each request's future; only those are woken).
+    waiters: Vec<(i64, std::thread::Thread)>,
     attached: bool,
     stopped: bool,
     forces: u64,
@@ -533,25 +535,28 @@ impl CommitLog {
                 }
             };
         }
-        st.waiting += 1;
+        let me = std::thread::current();
+        st.waiters.push((target, me.clone()));
         self.group.request.notify_one();
+        drop(st);
         let deadline = std::time::Instant::now() + self.sync_flush_timeout;
+        // Parked until the service unparks this thread (its target forced) or the deadline;
+        // the flushed offset decides, so a stray unpark only costs one more look.
         let ok = loop {
             if self.queue.flushed_where() >= target {
                 break true;
             }
             let now = std::time::Instant::now();
-            if now >= deadline || st.stopped {
+            if now >= deadline || self.group.stopped.load(Ordering::Acquire) {
                 break false;
             }
-            st = self
-                .group
-                .done
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            std::thread::park_timeout(deadline - now);
         };
-        st.waiting -= 1;
+        if !ok || self.queue.flushed_where() < target {
+            // Timed out or stopped: the entry may still be listed.
+            let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.waiters.retain(|(_, t)| t.id() != me.id());
+        }
         ok
     }
 
@@ -565,15 +570,18 @@ impl CommitLog {
     pub fn stop_group_commit(&self) {
         let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
         st.stopped = true;
+        self.group.stopped.store(true, Ordering::Release);
         self.group.request.notify_all();
-        self.group.done.notify_all();
+        for (_, t) in st.waiters.drain(..) {
+            t.unpark();
+        }
     }
 
     /// One round of the group-commit service: waits up to `timeout` for a waiting producer,
     /// then forces everything written (RocketMQ forces every round, requests or not).
     pub fn group_commit_step(&self, timeout: Duration) -> GroupCommitStep {
         let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.waiting == 0 && !st.stopped {
+        if st.waiters.is_empty() && !st.stopped {
             st = self
                 .group
                 .request
@@ -599,11 +607,25 @@ impl CommitLog {
         if let Err(e) = result {
             log::error!(target: "rmqstore.flush", "group commit force failed: {e}");
         }
-        self.group.done.notify_all();
+        // Wake exactly the producers whose bytes are now forced.
+        let forced = self.queue.flushed_where();
+        let mut done = Vec::new();
+        st.waiters.retain(|(target, t)| {
+            let ready = *target <= forced;
+            if ready {
+                done.push(t.clone());
+            }
+            !ready
+        });
+        let forces = st.forces;
+        drop(st);
+        for t in done {
+            t.unpark();
+        }
         GroupCommitStep {
             flushed,
             stopped: false,
-            forces: st.forces,
+            forces,
         }
     }
 
