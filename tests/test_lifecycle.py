@@ -645,6 +645,31 @@ def test_crash_recovery_starts_at_the_newest_segment_older_than_the_checkpoint(
         assert bodies[:50] == [_body(i) for i in range(50)]
 
 
+def test_crash_recovery_without_consume_queues_scans_everything_they_are_rebuilt_from(
+    open_store, store_path: Path
+) -> None:
+    store = open_store()
+    early = store.put_message(Message("Early", b"only in segment 0"))
+    store.close()
+    results = _fill_three_segments(open_store, pause=0.002)
+    # A checkpoint that would start a crash recovery at segment 2, but the consume queues
+    # are gone: they are rebuilt from segment 0, so the scan must start there too.
+    ts = next(r for r in results if r.wrote_offset >= 2 * SEGMENT).store_timestamp + 3000
+    checkpoint = store_path / "checkpoint"
+    data = bytearray(checkpoint.read_bytes())
+    data[0:16] = struct.pack(">qq", ts, ts)
+    checkpoint.write_bytes(bytes(data))
+    shutil.rmtree(store_path / "consumequeue")
+    (store_path / "abort").write_text("0")
+    with open_store() as store:
+        assert store.recovery_report()["start_offset"] == 0
+        assert store.wait_dispatched()
+        assert store.get_max_offset_in_queue("Early", 0) == 1
+        assert store.put_message(Message("Early", b"next")).queue_offset == 1
+        assert store.put_message(Message("Rec", b"next")).queue_offset == 50
+        assert store.look_message_by_offset(early.wrote_offset).body == b"only in segment 0"
+
+
 @pytest.mark.parametrize("scenario", ["clean", "corrupt-tail", "corrupt-tail-and-abort"])
 def test_store_spec_5_6_recover_scenarios(open_store, store_path: Path, scenario: str) -> None:
     """STORE_SPEC §5.6 (RocketMQ's DefaultMessageStoreTest testRecover)."""

@@ -119,8 +119,13 @@ pub enum RecoveryStart {
     /// `dispatch_from`, the largest commitlog offset the consume queues hold (-1: none).
     Normal { dispatch_from: i64 },
     /// After a crash (`recoverAbnormally`): the newest segment whose first message was stored
-    /// at or before the checkpoint's `min_timestamp`.
-    Abnormal { min_timestamp: i64 },
+    /// at or before the checkpoint's `min_timestamp`. Unlike RocketMQ it must also start at or
+    /// before `dispatch_from`: queues lost with the crash (or deleted) are rebuilt from the
+    /// scan's start, so the topic-queue table covers every message dispatch will replay.
+    Abnormal {
+        min_timestamp: i64,
+        dispatch_from: i64,
+    },
 }
 
 /// What recovery found and did.
@@ -823,8 +828,12 @@ impl CommitLog {
                         RecoveryStart::Normal { dispatch_from } => {
                             file.file_from_offset() <= dispatch_from
                         }
-                        RecoveryStart::Abnormal { min_timestamp } => {
+                        RecoveryStart::Abnormal {
+                            min_timestamp,
+                            dispatch_from,
+                        } => {
                             d.store_timestamp <= min_timestamp
+                                && file.file_from_offset() <= dispatch_from
                         }
                     }
             })

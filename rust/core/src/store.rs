@@ -190,6 +190,7 @@ impl MessageStore {
         } else {
             RecoveryStart::Abnormal {
                 min_timestamp: checkpoint.min_timestamp(),
+                dispatch_from: cqs.max_physic_offset(),
             }
         };
         let mut recovery = commitlog.recover(config.check_crc_on_recover, start)?;
