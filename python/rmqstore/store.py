@@ -395,7 +395,8 @@ class MessageStore:
         ``abnormal`` (the last run did not close cleanly), ``start_offset`` (the segment the
         scan began at, chosen as RocketMQ does: after a clean close the newest segment at or
         before the consume queues' end, after a crash the newest one whose first message is
-        older than the checkpoint), ``messages`` (messages the scan checked),
+        older than the checkpoint and that is not after the consume queues' end), ``messages``
+        (messages the scan checked),
         ``process_offset`` (the recovered end), ``discarded_bytes`` and ``stop_reason``.
         """
         return self._core.recovery_report()
