@@ -3,6 +3,7 @@ a small tmpfs the test mounts (root only; otherwise the test is skipped and says
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import threading
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rmqstore import Message, MessageStore, PutMessageStatus
+from rmqstore import Message, MessageStore, PutMessageStatus, StoreIOError
 
 SMALL = {
     "mapped_file_size_commit_log": 1024 * 1024,
@@ -139,3 +140,27 @@ def test_os_page_cache_busy_when_the_append_lock_is_held_too_long(open_small) ->
     assert not busy.ok
     assert rolling[0].status is PutMessageStatus.PUT_OK
     assert store.put_message(Message("B", b"later")).status is PutMessageStatus.PUT_OK
+
+
+def test_close_with_dispatch_behind_keeps_the_abort_marker(small_disk: Path) -> None:
+    """A consume queue file bigger than the disk: the message is stored, dispatch cannot
+    build its queue, so close reports it and keeps ``abort``; the next open (with a queue
+    size that fits) recovers as after a crash and dispatches the message."""
+    path = small_disk / "store"
+    too_big = {**SMALL, "mapped_file_size_consume_queue": 20 * 250_000}
+    store = MessageStore(path, **too_big)
+    assert store.put_message(Message("T", b"stored", keys="k")).status is PutMessageStatus.PUT_OK
+    assert not store.wait_dispatched(timeout=0.5)
+    with pytest.raises(StoreIOError) as info:
+        store.close()
+    assert info.value.errno == errno.ENOSPC
+    assert (path / "abort").exists()
+    # No partial queue file was left behind.
+    assert not list((path / "consumequeue").rglob("0000*"))
+    with MessageStore(path, **SMALL) as again:
+        assert again.recovery_report()["abnormal"] is True
+        assert again.wait_dispatched()
+        got = again.get_message("g", "T", 0, 0)
+        assert [m.body for m in got.messages] == [b"stored"]
+        assert [m.body for m in again.query_message("T", "k")] == [b"stored"]
+    assert not (path / "abort").exists()
