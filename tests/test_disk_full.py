@@ -4,6 +4,7 @@ a small tmpfs the test mounts (root only; otherwise the test is skipped and says
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import subprocess
 import threading
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from rmqstore import Message, MessageStore, PutMessageStatus, StoreIOError
+from rmqstore._services import ReputMessageService
 
 SMALL = {
     "mapped_file_size_commit_log": 1024 * 1024,
@@ -142,15 +144,25 @@ def test_os_page_cache_busy_when_the_append_lock_is_held_too_long(open_small) ->
     assert store.put_message(Message("B", b"later")).status is PutMessageStatus.PUT_OK
 
 
-def test_close_with_dispatch_behind_keeps_the_abort_marker(small_disk: Path) -> None:
+def test_close_with_dispatch_behind_keeps_the_abort_marker(
+    small_disk: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """A consume queue file bigger than the disk: the message is stored, dispatch cannot
     build its queue, so close reports it and keeps ``abort``; the next open (with a queue
     size that fits) recovers as after a crash and dispatches the message."""
+    monkeypatch.setattr(ReputMessageService, "retry_seconds", 0.005)
     path = small_disk / "store"
     too_big = {**SMALL, "mapped_file_size_consume_queue": 20 * 250_000}
     store = MessageStore(path, **too_big)
-    assert store.put_message(Message("T", b"stored", keys="k")).status is PutMessageStatus.PUT_OK
-    assert not store.wait_dispatched(timeout=0.5)
+    with caplog.at_level(logging.ERROR, logger="rmqstore.services"):
+        assert store.put_message(Message("T", b"x", keys="k")).status is PutMessageStatus.PUT_OK
+        assert not store.wait_dispatched(timeout=1.0)
+        failures = store.service_stats()["ReputMessageService"]["failures"]
+    assert failures >= 20
+    # One traceback for the run of failures, then a line per 60 failures: no log flood.
+    records = [r for r in caplog.records if r.name == "rmqstore.services"]
+    assert sum(1 for r in records if r.exc_info) == 1
+    assert len(records) <= 2 + failures // ReputMessageService.repeat_log_every
     with pytest.raises(StoreIOError) as info:
         store.close()
     assert info.value.errno == errno.ENOSPC
@@ -161,6 +173,6 @@ def test_close_with_dispatch_behind_keeps_the_abort_marker(small_disk: Path) -> 
         assert again.recovery_report()["abnormal"] is True
         assert again.wait_dispatched()
         got = again.get_message("g", "T", 0, 0)
-        assert [m.body for m in got.messages] == [b"stored"]
-        assert [m.body for m in again.query_message("T", "k")] == [b"stored"]
+        assert [m.body for m in got.messages] == [b"x"]
+        assert [m.body for m in again.query_message("T", "k")] == [b"x"]
     assert not (path / "abort").exists()

@@ -8,6 +8,7 @@ schedule services on the same base.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -34,10 +35,36 @@ class ServiceThread:
 
     name = "ServiceThread"
 
+    #: While a round keeps failing, the error is logged again once per this many failures.
+    repeat_log_every = 60
+
     def __init__(self) -> None:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
+        self.failures = 0
+        self._failing = 0
+
+    def _round_failed(self, what: str) -> None:
+        """Counts a failed round (call from an ``except`` block). The first failure of a run is
+        logged with its traceback, then one line per ``repeat_log_every`` failures."""
+        self.failures += 1
+        self._failing += 1
+        if self._failing == 1:
+            log.exception("%s: %s failed; retrying", self.name, what)
+        elif self._failing % self.repeat_log_every == 0:
+            log.error(
+                "%s: %s still failing (%d times in a row): %s",
+                self.name,
+                what,
+                self._failing,
+                sys.exc_info()[1],
+            )
+
+    def _round_ok(self, what: str) -> None:
+        if self._failing:
+            log.warning("%s: %s works again after %d failures", self.name, what, self._failing)
+            self._failing = 0
 
     def start(self) -> None:
         if self._thread is not None:
@@ -132,7 +159,6 @@ class ReputMessageService(ServiceThread):
         super().__init__()
         self._core = core
         self.dispatched = 0
-        self.failures = 0
 
     def run_once(self) -> bool:
         try:
@@ -142,10 +168,9 @@ class ReputMessageService(ServiceThread):
         except Exception:
             if self._stopped.is_set():
                 return False
-            self.failures += 1
-            log.exception("dispatch failed; retrying in %.1f s", self.retry_seconds)
-            time.sleep(self.retry_seconds)
-            return True
+            self._round_failed("dispatch")
+            return not self._stopped.wait(self.retry_seconds)
+        self._round_ok("dispatch")
         self.dispatched += dispatched
         return True
 
@@ -169,7 +194,6 @@ class _PeriodicFlush(ServiceThread):
         self.thorough = thorough_ms / 1000
         self._last_thorough = time.monotonic()
         self.rounds = 0
-        self.failures = 0
 
     def flush(self, least_pages: int) -> None:
         raise NotImplementedError
@@ -188,8 +212,9 @@ class _PeriodicFlush(ServiceThread):
         except Exception:
             if self._stopped.is_set():
                 return False
-            self.failures += 1
-            log.exception("%s: force failed", self.name)
+            self._round_failed("force")
+            return True
+        self._round_ok("force")
         return True
 
     def stats(self) -> dict[str, float]:
@@ -272,7 +297,6 @@ class CheckpointService(ServiceThread):
         super().__init__()
         self._core = core
         self.rounds = 0
-        self.failures = 0
 
     def run_once(self) -> bool:
         if self._stopped.wait(self.interval):
@@ -284,8 +308,9 @@ class CheckpointService(ServiceThread):
         except Exception:
             if self._stopped.is_set():
                 return False
-            self.failures += 1
-            log.exception("checkpoint flush failed")
+            self._round_failed("checkpoint")
+            return True
+        self._round_ok("checkpoint")
         return True
 
     def stats(self) -> dict[str, float]:
