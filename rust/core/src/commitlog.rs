@@ -609,6 +609,7 @@ impl CommitLog {
         if flushed {
             st.forces += 1;
         }
+        let failed = result.is_err();
         if let Err(e) = result {
             log::error!(target: "rmqstore.flush", "group commit force failed: {e}");
         }
@@ -626,6 +627,11 @@ impl CommitLog {
         drop(st);
         for t in done {
             t.unpark();
+        }
+        if failed {
+            // Waiting producers stay listed, so the next round would start at once: pace the
+            // retries (they time out with FLUSH_DISK_TIMEOUT if forcing keeps failing).
+            std::thread::sleep(timeout);
         }
         GroupCommitStep {
             flushed,
