@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,18 @@ def test_state_runs_forward(open_small) -> None:
     store.close()
     assert store.state is StoreState.SHUTDOWN_OK
     assert [s.value for s in StoreState] == sorted(s.value for s in StoreState)
+
+
+def test_checkpoint_is_written_every_second_while_open(open_small, store_path):
+    # The flush services force any dirty page (least pages 0); the checkpoint service then
+    # records their times, with the store still open.
+    store = open_small(flush_commit_log_least_pages=0, flush_consume_queue_least_pages=0)
+    r = store.put_message(Message("T", b"m", keys="k"))
+    stored = store.look_message_by_offset(r.wrote_offset).store_timestamp
+    assert store.wait_dispatched()
+    deadline = time.monotonic() + 5
+    while _checkpoint(store_path)[:2] != (stored, stored):
+        assert time.monotonic() < deadline, _checkpoint(store_path)
+        time.sleep(0.05)
+    assert store.service_stats()["CheckpointService"]["rounds"] >= 1
+    assert not store.closed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import logging
 import os
 import shutil
 import struct
@@ -471,7 +472,7 @@ def _fill_three_segments(open_store, pause: float = 0.0) -> list[rmqstore.PutMes
     store = open_store()
     results = []
     for i in range(50):
-        results.append(store.put_message(Message("Rec", _body(i), tags="t")))
+        results.append(store.put_message(Message("Rec", _body(i), tags="t", keys=f"k{i}")))
         if pause:
             time.sleep(pause)
     assert all(r.ok for r in results)
@@ -516,7 +517,7 @@ DAMAGES = {
 
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_recovery_truncates_at_the_first_damaged_record(
-    open_store, store_path: Path, damage: str
+    open_store, store_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     results = _fill_three_segments(open_store)
     newest = [r for r in results if r.wrote_offset >= 2 * SEGMENT]
@@ -529,8 +530,12 @@ def test_recovery_truncates_at_the_first_damaged_record(
     spoil(data, target.wrote_offset - 2 * SEGMENT, target.wrote_bytes)
     path.write_bytes(bytes(data))
 
-    store = open_store()
+    with caplog.at_level(logging.WARNING, logger="rmqstore.recovery"):
+        store = open_store()
     start = target.wrote_offset
+    # The log says where recovery stopped and why.
+    said = [r.getMessage() for r in caplog.records if r.name == "rmqstore.recovery"]
+    assert any(f"stopped at offset {start}" in m for m in said), said
     assert store.get_max_phy_offset() == start
     report = store.recovery_report()
     assert report["stop_reason"]
@@ -547,6 +552,15 @@ def test_recovery_truncates_at_the_first_damaged_record(
         assert m.queue_offset == i
     for r in results[index:]:
         assert store.look_message_by_offset(r.wrote_offset) is None
+    # The consume queue and the index agree with the truncated commitlog.
+    assert store.wait_dispatched()
+    assert store.get_max_offset_in_queue("Rec", 0) == index
+    got = store.get_message("g", "Rec", 0, max(0, index - 5)).messages
+    assert [m.body for m in got] == [_body(i) for i in range(max(0, index - 5), index)]
+    if index:
+        assert [m.body for m in store.query_message("Rec", f"k{index - 1}")] == [_body(index - 1)]
+    for i in range(index, len(results)):
+        assert store.query_message("Rec", f"k{i}") == []
     # Stale bytes after the truncation point are gone from the file.
     local = start - 2 * SEGMENT
     assert path.read_bytes()[local:] == bytes(SEGMENT - local)
