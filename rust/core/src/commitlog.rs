@@ -99,16 +99,22 @@ impl PutState {
             .unwrap_or(0)
     }
 
-    fn set_queue_offset(&mut self, topic: &str, queue_id: i32, next: i64) {
-        match self.queue_offsets.get_mut(topic) {
-            Some(q) => {
-                q.insert(queue_id, next);
-            }
-            None => {
-                self.queue_offsets
-                    .insert(topic.to_owned(), HashMap::from([(queue_id, next)]));
-            }
+    /// The queues of `topic`, allocating its name only the first time.
+    fn queues_mut(&mut self, topic: &str) -> &mut HashMap<i32, i64> {
+        if !self.queue_offsets.contains_key(topic) {
+            self.queue_offsets.insert(topic.to_owned(), HashMap::new());
         }
+        self.queue_offsets.get_mut(topic).expect("inserted above")
+    }
+
+    fn set_queue_offset(&mut self, topic: &str, queue_id: i32, next: i64) {
+        self.queues_mut(topic).insert(queue_id, next);
+    }
+
+    /// Raises the next queue offset to `next` if it is lower (recovery and its merges).
+    fn raise_queue_offset(&mut self, topic: &str, queue_id: i32, next: i64) {
+        let e = self.queues_mut(topic).entry(queue_id).or_insert(next);
+        *e = (*e).max(next);
     }
 }
 
@@ -853,7 +859,7 @@ impl CommitLog {
     pub fn recover(&self, check_crc: bool, start: RecoveryStart) -> Result<RecoveryReport> {
         let files = self.queue.files();
         let mut report = RecoveryReport::default();
-        let mut table: HashMap<String, HashMap<i32, i64>> = HashMap::new();
+        let mut table = PutState::default();
         let mut last_ts = 0i64;
         let first = Self::recovery_start(&files, start);
         // Every scan ends at a blank record of the last segment or at an invalid record.
@@ -873,11 +879,11 @@ impl CommitLog {
                             d.transaction_type(),
                             sysflag::TRANSACTION_NOT_TYPE | sysflag::TRANSACTION_COMMIT_TYPE
                         ) {
-                            let topic = d.topic_str();
-                            let next = d.queue_offset + 1;
-                            let q = table.entry(topic.into_owned()).or_default();
-                            let e = q.entry(d.queue_id).or_insert(next);
-                            *e = (*e).max(next);
+                            table.raise_queue_offset(
+                                &d.topic_str(),
+                                d.queue_id,
+                                d.queue_offset + 1,
+                            );
                         }
                     }
                     RecordCheck::Blank { .. } => {
@@ -922,7 +928,7 @@ impl CommitLog {
         self.queue.truncate_dirty(process_offset)?;
         self.queue.set_flushed_where(process_offset);
         let mut st = self.put.lock().unwrap_or_else(|p| p.into_inner());
-        st.queue_offsets = table;
+        st.queue_offsets = table.queue_offsets;
         st.last_store_ts = last_ts;
         Ok(report)
     }
@@ -932,10 +938,8 @@ impl CommitLog {
     pub fn merge_queue_offsets(&self, table: HashMap<String, HashMap<i32, i64>>) {
         let mut st = self.put.lock().unwrap_or_else(|p| p.into_inner());
         for (topic, queues) in table {
-            let mine = st.queue_offsets.entry(topic).or_default();
             for (queue_id, next) in queues {
-                let e = mine.entry(queue_id).or_insert(next);
-                *e = (*e).max(next);
+                st.raise_queue_offset(&topic, queue_id, next);
             }
         }
     }

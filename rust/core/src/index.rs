@@ -1576,31 +1576,21 @@ mod tests {
         assert!(name.starts_with("20"));
         assert!(!is_index_file_name("2024010112000000"));
         assert!(!is_index_file_name("2024010112000000x"));
-        assert_eq!(
-            next_index_file_name("20240101120000000").unwrap(),
-            "20240101120000001"
-        );
-        assert_eq!(
-            next_index_file_name("20240101120059999").unwrap(),
-            "20240101120100000"
-        );
-        assert_eq!(
-            next_index_file_name("20231231235959999").unwrap(),
-            "20240101000000000"
-        );
-        assert_eq!(
-            next_index_file_name("20240228235959999").unwrap(),
-            "20240229000000000"
-        );
-        assert_eq!(
-            next_index_file_name("20230228235959999").unwrap(),
-            "20230301000000000"
-        );
-        // Not a date: the next number.
-        assert_eq!(
-            next_index_file_name("20241399999999999").unwrap(),
-            "20241400000000000"
-        );
+        for (name, next) in [
+            ("20240101120000000", "20240101120000001"),
+            ("20240101120059999", "20240101120100000"),
+            ("20231231235959999", "20240101000000000"),
+            ("20240228235959999", "20240229000000000"),
+            ("20230228235959999", "20230301000000000"),
+            // Not a date: the next number.
+            ("20241399999999999", "20241400000000000"),
+        ] {
+            assert_eq!(
+                next_index_file_name(name).as_deref(),
+                Some(next),
+                "after {name}"
+            );
+        }
         assert_eq!(next_index_file_name("99999999999999999"), None);
         assert_eq!(next_index_file_name("99991231235959999"), None);
         assert_eq!(next_index_file_name("123"), None);
