@@ -631,6 +631,13 @@ def test_clean_restart_scans_from_the_segment_of_the_last_dispatched_message(
         assert again.put_message(Message("Rec", b"next")).queue_offset == 50
 
 
+def _set_checkpoint_times(store_path: Path, ts: int) -> None:
+    """Sets the checkpoint's physic and logics times (offsets 0 and 8, big-endian) to ``ts``,
+    as a crash would leave them; its minimum time is then ``ts - 3000``."""
+    with open(store_path / "checkpoint", "r+b") as f:
+        f.write(struct.pack(">qq", ts, ts))
+
+
 @pytest.mark.parametrize("segment", [0, 1, 2])
 def test_crash_recovery_starts_at_the_newest_segment_older_than_the_checkpoint(
     open_store, store_path: Path, segment: int
@@ -641,10 +648,7 @@ def test_crash_recovery_starts_at_the_newest_segment_older_than_the_checkpoint(
     # The checkpoint as a crash would leave it: its minimum time (min(physic, logics) - 3 s)
     # is the store time of the chosen segment's first message; 0 (never written) for segment 0.
     ts = first_of[segment].store_timestamp + 3000 if segment else 0
-    checkpoint = store_path / "checkpoint"
-    data = bytearray(checkpoint.read_bytes())
-    data[0:16] = struct.pack(">qq", ts, ts)
-    checkpoint.write_bytes(bytes(data))
+    _set_checkpoint_times(store_path, ts)
     (store_path / "abort").write_text("0")
     with open_store() as store:
         report = store.recovery_report()
@@ -669,10 +673,7 @@ def test_crash_recovery_without_consume_queues_scans_everything_they_are_rebuilt
     # A checkpoint that would start a crash recovery at segment 2, but the consume queues
     # are gone: they are rebuilt from segment 0, so the scan must start there too.
     ts = next(r for r in results if r.wrote_offset >= 2 * SEGMENT).store_timestamp + 3000
-    checkpoint = store_path / "checkpoint"
-    data = bytearray(checkpoint.read_bytes())
-    data[0:16] = struct.pack(">qq", ts, ts)
-    checkpoint.write_bytes(bytes(data))
+    _set_checkpoint_times(store_path, ts)
     shutil.rmtree(store_path / "consumequeue")
     (store_path / "abort").write_text("0")
     with open_store() as store:
