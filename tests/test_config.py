@@ -45,6 +45,12 @@ def test_defaults_are_rocketmqs() -> None:
         "disk_space_warning_level_ratio": 90,
         "os_page_cache_busy_timeout_mills": 1000,
         "flush_interval_commit_log": 500,
+        "transient_store_pool_enable": False,
+        "transient_store_pool_size": 5,
+        "commit_interval_commit_log": 200,
+        "commit_commit_log_least_pages": 4,
+        "commit_commit_log_thorough_interval": 200,
+        "wake_commit_when_put_message": True,
         "flush_commit_log_least_pages": 4,
         "flush_commit_log_thorough_interval": 10000,
         "flush_interval_consume_queue": 1000,
@@ -115,6 +121,13 @@ BAD_VALUES = [
     ("store_host", None),
     ("store_host", "127.0.0.1:\u00b2"),  # '²'.isdigit() is True, int('²') fails
     ("store_path_commit_log", 5),
+    ("transient_store_pool_enable", 1),
+    ("transient_store_pool_size", 0),
+    ("transient_store_pool_size", 1025),
+    ("commit_interval_commit_log", 0),
+    ("commit_commit_log_least_pages", -1),
+    ("commit_commit_log_thorough_interval", 0),
+    ("wake_commit_when_put_message", "no"),
 ]
 
 
@@ -152,7 +165,7 @@ def test_unknown_setting_is_a_type_error(store_path: Path) -> None:
     assert info.value.setting == "unknown_setting"
     # A RocketMQ setting not offered yet says so instead of being ignored.
     with pytest.raises(rmqstore.UnknownSettingError, match="not implemented yet"):
-        MessageStore(store_path, transient_store_pool_enable=True)
+        MessageStore(store_path, file_reserved_time=72)
     with pytest.raises(TypeError):
         StoreConfig(unknown_setting=1)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="unknown_setting"):

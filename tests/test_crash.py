@@ -21,10 +21,12 @@ CHILD = textwrap.dedent(
     import sys
     import rmqstore
 
-    path, mode, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    path, mode, start, pool = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
     store = rmqstore.MessageStore(
         path,
         flush_disk_type=mode,
+        transient_store_pool_enable=pool,
+        transient_store_pool_size=2,
         mapped_file_size_commit_log=256 * 1024,
         mapped_file_size_consume_queue=20 * 500,
         max_hash_slot_num=512,
@@ -57,11 +59,13 @@ STORE = {
 }
 
 
-def _run_and_kill(path: Path, mode: str, start: int, rng: random.Random) -> list[tuple]:
+def _run_and_kill(
+    path: Path, mode: str, start: int, rng: random.Random, pool: bool = False
+) -> list[tuple]:
     """Starts a writer, kills it with SIGKILL after a random number of acknowledgements (or
     a random time), returns the acknowledged (offset, queue_offset, queue_id, key)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), mode, str(start)],
+        [sys.executable, "-c", CHILD, str(path), mode, str(start), "1" if pool else "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -128,19 +132,37 @@ def _check(store: MessageStore, acked: list[tuple]) -> None:
         assert expected == hi
 
 
-def _rounds(tmp_path: Path, mode: str, rounds: int, seed: int) -> None:
+def _survivors(store: MessageStore, acked: list[tuple]) -> list[tuple]:
+    """The acknowledged messages still readable, checked to be a prefix of ``acked``."""
+    readable = []
+    for entry in acked:
+        m = store.look_message_by_offset(entry[0])
+        if m is None or m.keys != [entry[3]]:
+            break
+        readable.append(entry)
+    for entry in acked[len(readable) :]:
+        m = store.look_message_by_offset(entry[0])
+        assert m is None or m.keys != [entry[3]], f"{entry} readable after a lost message"
+    return readable
+
+
+def _rounds(tmp_path: Path, mode: str, rounds: int, seed: int, pool: bool = False) -> None:
     rng = random.Random(seed)
     path = tmp_path / "store"
     all_acked: list[tuple] = []
     start = 0
     for _ in range(rounds):
-        acked = _run_and_kill(path, mode, start, rng)
+        acked = _run_and_kill(path, mode, start, rng, pool)
         start += len(acked) + 1000
         with MessageStore(path, flush_disk_type=mode, **STORE) as store:
             assert store.recovery_report()["abnormal"] is True  # the abort marker was left
-            # SYNC_FLUSH: acknowledged means forced. ASYNC_FLUSH: a killed process leaves its
-            # written pages in the page cache, so what was acknowledged survives too; either
-            # way what is readable is a prefix of what was written, with no corrupt record.
+            # SYNC_FLUSH: acknowledged means forced (with the transient store pool: committed
+            # and forced). ASYNC_FLUSH: a killed process leaves its written pages in the page
+            # cache, so what was acknowledged survives too, except, with the pool, what was
+            # still in a write buffer: then what survives is a prefix. Either way what is
+            # readable is a prefix of what was written, with no corrupt record.
+            if pool and mode == "ASYNC_FLUSH":
+                acked = _survivors(store, acked)
             all_acked += acked
             _check(store, all_acked)
             # Writing goes on after recovery.
@@ -157,7 +179,16 @@ def test_sigkill_async_flush(tmp_path: Path) -> None:
     _rounds(tmp_path, "ASYNC_FLUSH", rounds=8, seed=2)
 
 
+def test_sigkill_sync_flush_transient_pool(tmp_path: Path) -> None:
+    _rounds(tmp_path, "SYNC_FLUSH", rounds=8, seed=5, pool=True)
+
+
+def test_sigkill_async_flush_transient_pool(tmp_path: Path) -> None:
+    _rounds(tmp_path, "ASYNC_FLUSH", rounds=8, seed=6, pool=True)
+
+
 @pytest.mark.slow
 def test_sigkill_many_rounds(tmp_path: Path) -> None:
     _rounds(tmp_path / "sync", "SYNC_FLUSH", rounds=100, seed=3)
     _rounds(tmp_path / "async", "ASYNC_FLUSH", rounds=100, seed=4)
+    _rounds(tmp_path / "pool", "ASYNC_FLUSH", rounds=50, seed=7, pool=True)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AllocateMappedFileService",
     "CheckpointService",
+    "CommitRealTimeService",
     "FlushConsumeQueueService",
     "FlushRealTimeService",
     "GroupCommitService",
@@ -255,6 +256,65 @@ class FlushConsumeQueueService(_PeriodicFlush):
 
     def flush(self, least_pages: int) -> None:
         self._core.flush_consume_queues(least_pages)
+
+
+class CommitRealTimeService(ServiceThread):
+    """Transient store pool: copies what puts appended to the segments' write buffers into the
+    files, making it readable (``CommitRealTimeService``). A round waits in Rust, without the
+    GIL, until a put asks for it (``wake_commit_when_put_message``) or the interval passes,
+    then commits when at least ``least_pages`` pages wait, or anything once ``thorough`` ms
+    have passed since the last such round. The flush service forces what is committed on its
+    own timer (RocketMQ's default ``flushCommitLogTimed``)."""
+
+    name = "CommitRealTimeService"
+
+    #: Pause after a failed round before trying again.
+    retry_seconds = 1.0
+
+    def __init__(self, core: Store, interval_ms: int, least_pages: int, thorough_ms: int) -> None:
+        super().__init__()
+        self._core = core
+        self.interval_ms = interval_ms
+        self.least_pages = least_pages
+        self.thorough = thorough_ms / 1000
+        self._last_thorough = time.monotonic()
+        self.rounds = 0
+        self.commits = 0
+
+    @classmethod
+    def for_config(cls, core: Store, cfg: StoreConfig) -> CommitRealTimeService:
+        return cls(
+            core,
+            cfg.commit_interval_commit_log,
+            cfg.commit_commit_log_least_pages,
+            cfg.commit_commit_log_thorough_interval,
+        )
+
+    def run_once(self) -> bool:
+        least = self.least_pages
+        now = time.monotonic()
+        if now - self._last_thorough >= self.thorough:
+            self._last_thorough = now
+            least = 0
+        try:
+            committed, stopped = self._core.commit_step(least, self.interval_ms)
+        except Exception:
+            if self._stopped.is_set():
+                return False
+            self._round_failed("commit")
+            return not self._stopped.wait(self.retry_seconds)
+        self._round_ok("commit")
+        self.rounds += 1
+        self.commits += committed
+        return not stopped
+
+    def stats(self) -> dict[str, float]:
+        return {
+            **super().stats(),
+            "rounds": float(self.rounds),
+            "commits": float(self.commits),
+            "failures": float(self.failures),
+        }
 
 
 class GroupCommitService(ServiceThread):

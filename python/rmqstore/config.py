@@ -19,8 +19,10 @@ __all__ = ["StoreConfig"]
 
 # RocketMQ settings this store does not offer yet, with what to know about them.
 _NOT_YET = {
-    "transient_store_pool_enable": "RocketMQ's transient store pool is not implemented yet; "
-    "appends go straight to the mapped segments",
+    "file_reserved_time": "expired-segment cleaning is not implemented yet; segments are kept "
+    "until removed with the store closed",
+    "delete_when": "expired-segment cleaning is not implemented yet; segments are kept "
+    "until removed with the store closed",
 }
 
 _GiB = 1024 * 1024 * 1024
@@ -126,6 +128,26 @@ class StoreConfig:
     flush_commit_log_least_pages: int = 4
     #: ``flushCommitLogThoroughInterval``: ms after which any written byte is forced.
     flush_commit_log_thorough_interval: int = 10000
+    #: ``transientStorePoolEnable``: appends go to ``mlock``ed write buffers (one per segment,
+    #: from a pool of ``transient_store_pool_size``), which CommitRealTimeService copies into
+    #: the segment files every ``commit_interval_commit_log`` ms; readers, dispatch and forces
+    #: see only committed bytes, so a put becomes readable up to about that interval later, and
+    #: what a killed process had not committed is lost (as RocketMQ's). SYNC_FLUSH puts commit
+    #: and force before they return.
+    transient_store_pool_enable: bool = False
+    #: ``transientStorePoolSize``: write buffers in the pool, each one commitlog segment long
+    #: (allocated and locked in memory when the store opens). A segment created while all are
+    #: lent is written directly, with a warning.
+    transient_store_pool_size: int = 5
+    #: ``commitIntervalCommitLog``: ms between commit rounds of the transient store pool.
+    commit_interval_commit_log: int = 200
+    #: ``commitCommitLogLeastPages``: pages that must be waiting for a commit.
+    commit_commit_log_least_pages: int = 4
+    #: ``commitCommitLogThoroughInterval``: ms after which any appended byte is committed.
+    commit_commit_log_thorough_interval: int = 200
+    #: ``wakeCommitWhenPutMessage``: a put wakes the commit service at once instead of it
+    #: waiting out its interval.
+    wake_commit_when_put_message: bool = True
     #: ``flushIntervalConsumeQueue``: ms between consume queue forces.
     flush_interval_consume_queue: int = 1000
     #: ``flushConsumeQueueLeastPages``: pages that must be waiting for a consume queue force.
@@ -153,6 +175,9 @@ class StoreConfig:
             _I32_MAX,
         )
         _check_bool("check_crc_on_recover", self.check_crc_on_recover)
+        _check_bool("transient_store_pool_enable", self.transient_store_pool_enable)
+        _check_bool("wake_commit_when_put_message", self.wake_commit_when_put_message)
+        _check_int("transient_store_pool_size", self.transient_store_pool_size, 1, 1024)
         _check_int(
             "mapped_file_size_consume_queue", self.mapped_file_size_consume_queue, 20, _I32_MAX
         )
@@ -184,13 +209,19 @@ class StoreConfig:
             "flush_commit_log_thorough_interval",
             "flush_interval_consume_queue",
             "flush_consume_queue_thorough_interval",
+            "commit_interval_commit_log",
+            "commit_commit_log_thorough_interval",
         ):
             _check_int(name, getattr(self, name), 1, _I32_MAX)
         _check_int("disk_space_warning_level_ratio", self.disk_space_warning_level_ratio, 35, 90)
         _check_int(
             "os_page_cache_busy_timeout_mills", self.os_page_cache_busy_timeout_mills, 1, _I32_MAX
         )
-        for name in ("flush_commit_log_least_pages", "flush_consume_queue_least_pages"):
+        for name in (
+            "flush_commit_log_least_pages",
+            "flush_consume_queue_least_pages",
+            "commit_commit_log_least_pages",
+        ):
             _check_int(name, getattr(self, name), 0, _I32_MAX)
         _check_host("store_host", self.store_host)
         if self.store_path_commit_log is not None:

@@ -17,6 +17,7 @@ from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult
 from ._services import (
     AllocateMappedFileService,
     CheckpointService,
+    CommitRealTimeService,
     FlushConsumeQueueService,
     FlushRealTimeService,
     GroupCommitService,
@@ -88,6 +89,8 @@ class MessageStore:
             FlushConsumeQueueService.for_config(self._core, cfg),
             CheckpointService(self._core),
         ]
+        if cfg.transient_store_pool_enable:
+            self._services.append(CommitRealTimeService.for_config(self._core, cfg))
         for service in self._services:
             service.start()
         _OPEN_STORES.add(self)
@@ -371,6 +374,17 @@ class MessageStore:
     def get_flushed_where(self) -> int:
         """How far the commitlog is forced to disk."""
         return self._core.get_flushed_where()
+
+    def get_committed_where(self) -> int:
+        """How far the transient store pool's write buffers are committed into the commitlog
+        files, and so readable; without the pool every append is readable at once and this is
+        the written end (:meth:`get_max_phy_offset`)."""
+        return self._core.get_committed_where()
+
+    def transient_store_pool_buffers(self) -> tuple[int, int] | None:
+        """The transient store pool's buffers as (free, total), or None when the pool is
+        disabled (RocketMQ's ``remainTransientStoreBufferNumbs``)."""
+        return self._core.transient_store_pool_buffers()
 
     def commitlog_segments(self) -> list[str]:
         """Paths of the commitlog segment files, oldest first."""

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
 use crate::mapped_file::MappedFile;
+use crate::transient_pool::TransientStorePool;
 use crate::util::offset_to_file_name;
 
 /// How long a put waits for the service to deliver a segment (`waitTimeOut`).
@@ -49,6 +50,8 @@ struct State {
 pub struct Allocator {
     dir: PathBuf,
     cfg: AllocateConfig,
+    /// New segments borrow a write buffer from it when it has one left; released at close.
+    pool: Mutex<Option<TransientStorePool>>,
     state: Mutex<State>,
     cv: Condvar,
 }
@@ -64,10 +67,11 @@ pub struct ServiceStep {
 }
 
 impl Allocator {
-    pub fn new(dir: PathBuf, cfg: AllocateConfig) -> Allocator {
+    pub fn new(dir: PathBuf, cfg: AllocateConfig, pool: Option<TransientStorePool>) -> Allocator {
         Allocator {
             dir,
             cfg,
+            pool: Mutex::new(pool),
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
         }
@@ -83,6 +87,10 @@ impl Allocator {
         let file = MappedFile::create(&path, offset, self.cfg.file_size)?;
         if self.cfg.warm {
             file.warm(self.cfg.warm_sync, self.cfg.warm_flush_pages)?;
+        }
+        let pool = self.pool.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(buffer) = pool.and_then(|p| p.borrow()) {
+            file.attach_write_buffer(buffer)?;
         }
         log::debug!(
             target: "rmqstore.allocate",
@@ -153,6 +161,12 @@ impl Allocator {
             }
         }
         result
+    }
+
+    /// Lets go of the transient store pool (close): its memory is freed once the segments
+    /// holding its buffers are gone too.
+    pub fn release_pool(&self) {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     /// Schedules the release of a full segment's `mlock`.
@@ -331,6 +345,7 @@ mod tests {
                 warm_flush_pages: 16,
                 munlock_delay: Duration::from_millis(30),
             },
+            None,
         ));
         alloc.attach_service();
         let service = {

@@ -16,6 +16,7 @@ use crate::message::{
     Message, MessageExt, MessageLimits, PreparedBody, PutMessageStatus, RecordCheck,
     RecordEnvelope, RecordTemplate, END_FILE_MIN_BLANK_LENGTH,
 };
+use crate::transient_pool::TransientStorePool;
 use crate::util::now_millis;
 
 /// The outcome of a put: RocketMQ's `PutMessageResult` + `AppendMessageResult`.
@@ -264,6 +265,60 @@ struct GroupState {
     forces: u64,
 }
 
+/// The commit service's side of the transient store pool (`CommitRealTimeService`): puts ask
+/// for a commit round without a system call unless the service is idle. Shared with the store,
+/// so that the service waits without holding the store open (a truncation or close waits for
+/// calls in flight).
+#[derive(Default)]
+pub struct CommitRequests {
+    /// A put appended since the service last looked (`wakeCommitWhenPutMessage`).
+    requested: AtomicBool,
+    stopped: AtomicBool,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl CommitRequests {
+    /// Asks for a round: one atomic load when a request is already pending.
+    pub fn request(&self) {
+        if !self.requested.load(Ordering::Acquire) && !self.requested.swap(true, Ordering::AcqRel) {
+            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.cv.notify_one();
+        }
+    }
+
+    /// Waits up to `timeout` for a request (or a stop), then clears it; true once stopped.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        if !self.requested.load(Ordering::Acquire) && !self.stopped.load(Ordering::Acquire) {
+            let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            if !self.requested.load(Ordering::Acquire) && !self.stopped.load(Ordering::Acquire) {
+                drop(
+                    self.cv
+                        .wait_timeout(g, timeout)
+                        .unwrap_or_else(|p| p.into_inner()),
+                );
+            }
+        }
+        self.requested.store(false, Ordering::Release);
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Ends the service's waits (shutdown).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.cv.notify_all();
+    }
+}
+
+/// What one commit round did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStep {
+    /// Bytes were committed (readable now).
+    pub committed: bool,
+    pub stopped: bool,
+}
+
 /// What one group-commit round did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GroupCommitStep {
@@ -294,6 +349,12 @@ pub struct CommitLog {
     begin_time_in_lock: AtomicI64,
     store_host: HostAddr,
     limits: MessageLimits,
+    /// Write buffers of the segments (`transientStorePoolEnable`); `None` when disabled.
+    pool: Option<TransientStorePool>,
+    /// One committer at a time (commit service, flushes, truncation).
+    commit_lock: Mutex<()>,
+    commits: Arc<CommitRequests>,
+    wake_commit_on_put: bool,
 }
 
 impl CommitLog {
@@ -303,6 +364,7 @@ impl CommitLog {
         config: &crate::config::StoreConfig,
         allocator: Arc<Allocator>,
         signal: Arc<DataSignal>,
+        pool: Option<TransientStorePool>,
     ) -> Result<CommitLog> {
         let file_size = config.mapped_file_size_commit_log;
         let queue = MappedFileQueue::load(dir, file_size)?;
@@ -324,7 +386,21 @@ impl CommitLog {
                 max_message_size: config.max_message_size,
                 max_record_in_segment: file_size - i64::from(END_FILE_MIN_BLANK_LENGTH),
             },
+            pool,
+            commit_lock: Mutex::new(()),
+            commits: Arc::new(CommitRequests::default()),
+            wake_commit_on_put: config.wake_commit_when_put_message,
         })
+    }
+
+    /// Where the commit service waits for puts.
+    pub fn commit_requests(&self) -> Arc<CommitRequests> {
+        self.commits.clone()
+    }
+
+    /// The transient store pool, when enabled.
+    pub fn pool(&self) -> Option<&TransientStorePool> {
+        self.pool.as_ref()
     }
 
     pub fn queue(&self) -> &MappedFileQueue {
@@ -520,6 +596,9 @@ impl CommitLog {
     /// FLUSH_DISK_TIMEOUT after `syncFlushTimeout` (the message is stored either way); a message
     /// whose WAIT property is "false" does not wait.
     fn handle_disk_flush(&self, mut r: AppendResult, wait: Option<&str>) -> AppendResult {
+        if self.pool.is_some() && !self.sync_flush && self.wake_commit_on_put && r.is_ok() {
+            self.commits.request();
+        }
         if self.sync_flush && r.status == PutMessageStatus::PutOk && wait != Some("false") {
             let end = r.wrote_offset + r.wrote_bytes;
             if !self.await_flush(end) {
@@ -644,6 +723,25 @@ impl CommitLog {
             stopped: false,
             forces,
         }
+    }
+
+    /// `CommitRealTimeService`'s round: commits the write buffers holding at least
+    /// `least_pages` uncommitted pages (0: anything); true when bytes were committed.
+    pub fn commit_pages(&self, least_pages: i64) -> Result<bool> {
+        if self.pool.is_none() {
+            return Ok(false);
+        }
+        let _g = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut moved = false;
+        // A round may finish one segment and start the next (RocketMQ commits one per call
+        // and loops on its next round; this does the same work without the wait).
+        for _ in 0..self.queue.files().len() + 1 {
+            if self.queue.commit(least_pages)? {
+                break;
+            }
+            moved = true;
+        }
+        Ok(moved)
     }
 
     /// `FlushRealTimeService`'s round: forces the segment holding the flushed position when at
@@ -774,12 +872,19 @@ impl CommitLog {
         self.queue.min_offset()
     }
 
+    /// `getMaxOffset`: the end of what readers may see (with the transient store pool, what is
+    /// committed: appends still in a write buffer are not readable yet).
     pub fn max_offset(&self) -> i64 {
-        self.queue.max_offset()
+        if self.pool.is_some() {
+            self.queue.committed_where().min(self.queue.max_offset())
+        } else {
+            self.queue.max_offset()
+        }
     }
 
     /// `getConfirmOffset`: how far dispatch may read. SYNC_FLUSH: the flushed offset;
-    /// ASYNC_FLUSH: the written end. The one place that bound is decided.
+    /// ASYNC_FLUSH: the readable end ([`CommitLog::max_offset`]). The one place that bound is
+    /// decided.
     pub fn confirm_offset(&self) -> i64 {
         if self.sync_flush {
             self.queue.flushed_where().min(self.max_offset())
@@ -927,6 +1032,7 @@ impl CommitLog {
         report.process_offset = process_offset;
         self.queue.truncate_dirty(process_offset)?;
         self.queue.set_flushed_where(process_offset);
+        self.queue.set_committed_where(process_offset);
         let mut st = self.put.lock().unwrap_or_else(|p| p.into_inner());
         st.queue_offsets = table.queue_offsets;
         st.last_store_ts = last_ts;
@@ -959,6 +1065,7 @@ impl CommitLog {
     /// and installs the queue offset table that holds below it. Callers exclude every other
     /// user of the store.
     pub fn truncate(&self, offset: i64, table: HashMap<String, HashMap<i32, i64>>) -> Result<()> {
+        let _c = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
         let _f = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut st = self.put.lock().unwrap_or_else(|p| p.into_inner());
         self.queue.truncate_dirty(offset)?;
@@ -969,8 +1076,9 @@ impl CommitLog {
         Ok(())
     }
 
-    /// Forces everything written to disk; returns the flushed offset.
+    /// Commits and forces everything written to disk; returns the flushed offset.
     pub fn flush_all(&self) -> Result<i64> {
+        self.commit_pages(0)?;
         let _g = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
         for _ in 0..self.queue.files().len() + 1 {
             if self.queue.flush(0)? {

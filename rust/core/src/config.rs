@@ -78,6 +78,13 @@ pub struct StoreConfig {
     /// `osPageCacheBusyTimeOutMills`: a put that finds the append lock held longer than this
     /// answers OS_PAGE_CACHE_BUSY.
     pub os_page_cache_busy_timeout_mills: i64,
+    /// `transientStorePoolEnable`: appends go to `mlock`ed write buffers that the commit service
+    /// copies into the segments; readers see only committed bytes.
+    pub transient_store_pool_enable: bool,
+    /// `transientStorePoolSize`: write buffers in the pool, each one commitlog segment long.
+    pub transient_store_pool_size: i32,
+    /// `wakeCommitWhenPutMessage`: a put wakes the commit service (transient store pool).
+    pub wake_commit_when_put_message: bool,
 }
 
 impl Default for StoreConfig {
@@ -108,6 +115,9 @@ impl Default for StoreConfig {
             sync_flush_timeout: 5000,
             disk_space_warning_level_ratio: 90,
             os_page_cache_busy_timeout_mills: 1000,
+            transient_store_pool_enable: false,
+            transient_store_pool_size: 5,
+            wake_commit_when_put_message: true,
         }
     }
 }
@@ -195,6 +205,12 @@ impl StoreConfig {
             return Err(StoreError::config(
                 "access_message_in_memory_max_ratio",
                 "must be a percentage (0 to 100)",
+            ));
+        }
+        if self.transient_store_pool_size < 1 {
+            return Err(StoreError::config(
+                "transient_store_pool_size",
+                format!("must be at least 1, got {}", self.transient_store_pool_size),
             ));
         }
         if self.flush_least_pages_when_warm_mapped_file < 1 {

@@ -19,6 +19,7 @@ pub mod message;
 pub mod read;
 pub mod reput;
 pub mod store;
+pub mod transient_pool;
 pub mod util;
 
 pub use commitlog::{AppendResult, Batch, RecoveryReport, RecoveryStart};

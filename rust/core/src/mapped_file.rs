@@ -1,19 +1,28 @@
 //! One fixed-size segment file mapped into memory (RocketMQ's `DefaultMappedFile`).
 //!
 //! Concurrency contract: one appender at a time (the owner's append lock), any number of readers.
-//! Bytes below the wrote position are never changed again while readers may hold them, except by
-//! [`MappedFile::truncate_to`], which callers run only with readers excluded. Positions are atomics
-//! published with release/acquire ordering, so a reader that sees a position sees the bytes below.
+//! Bytes below the read (committed) position are never changed again while readers may hold
+//! them, except by [`MappedFile::truncate_to`], which callers run only with readers excluded.
+//! Positions are atomics published with release/acquire ordering, so a reader that sees a
+//! position sees the bytes below.
+//!
+//! Without a write buffer, appends go straight into the mapping and are readable at once
+//! (committed = wrote). With a buffer from the [`TransientStorePool`](crate::transient_pool),
+//! appends go into the buffer and become readable only when [`MappedFile::commit`] has copied
+//! them into the file; a fully committed segment gives its buffer back.
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
+use std::sync::Mutex;
 
 use memmap2::{Advice, MmapRaw};
 
 use crate::error::{Result, StoreError};
+use crate::transient_pool::PoolBuffer;
 
 /// `OS_PAGE_SIZE`.
 pub const OS_PAGE_SIZE: i64 = 4096;
@@ -32,6 +41,11 @@ pub struct MappedFile {
     flushed: AtomicI64,
     store_timestamp: AtomicI64,
     locked: AtomicBool,
+    /// The write buffer lent by the transient store pool, while the segment has one. Its lock
+    /// serialises commits.
+    write_buffer: Mutex<Option<PoolBuffer>>,
+    /// Where appends go when not null: the start of `write_buffer`.
+    buffer_ptr: AtomicPtr<u8>,
 }
 
 impl std::fmt::Debug for MappedFile {
@@ -117,6 +131,8 @@ impl MappedFile {
             flushed: AtomicI64::new(position),
             store_timestamp: AtomicI64::new(0),
             locked: AtomicBool::new(false),
+            write_buffer: Mutex::new(None),
+            buffer_ptr: AtomicPtr::new(std::ptr::null_mut()),
         })
     }
 
@@ -136,9 +152,86 @@ impl MappedFile {
         self.wrote.load(Ordering::Acquire)
     }
 
-    /// What readers may see (no transient pool yet: the wrote position).
+    /// What readers may see (`getReadPosition`): the committed position, which is the wrote
+    /// position for a segment without a write buffer.
     pub fn read_position(&self) -> i64 {
-        self.wrote.load(Ordering::Acquire)
+        self.committed.load(Ordering::Acquire)
+    }
+
+    /// Gives a fresh segment a write buffer from the transient store pool: appends go there
+    /// until [`MappedFile::commit`] copies them into the file.
+    pub fn attach_write_buffer(&self, mut buffer: PoolBuffer) -> Result<()> {
+        if buffer.len() != size_to_usize(self.file_size) || self.wrote_position() != 0 {
+            return Err(StoreError::corrupted(
+                &self.path,
+                "a write buffer fits only a new segment of the same size",
+            ));
+        }
+        let mut slot = self.lock_buffer();
+        let ptr = buffer.as_mut_ptr();
+        *slot = Some(buffer);
+        self.buffer_ptr.store(ptr, Ordering::Release);
+        Ok(())
+    }
+
+    /// The segment still holds a write buffer (not fully committed).
+    pub fn has_write_buffer(&self) -> bool {
+        !self.buffer_ptr.load(Ordering::Acquire).is_null()
+    }
+
+    fn lock_buffer(&self) -> std::sync::MutexGuard<'_, Option<PoolBuffer>> {
+        self.write_buffer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `isAbleToCommit`: full, or at least `least_pages` whole pages appended since the last
+    /// commit (any byte when `least_pages` is 0).
+    pub fn is_able_to_commit(&self, least_pages: i64) -> bool {
+        let committed = self.committed_position();
+        let wrote = self.wrote_position();
+        if self.is_full() && committed < self.file_size {
+            return true;
+        }
+        if least_pages > 0 {
+            return (wrote / OS_PAGE_SIZE - committed / OS_PAGE_SIZE) >= least_pages;
+        }
+        wrote > committed
+    }
+
+    /// `commit`: copies what was appended to the write buffer since the last commit into the
+    /// file (when `is_able_to_commit(least_pages)`) and makes it readable; a fully committed
+    /// segment returns its buffer to the pool. Returns the committed position.
+    pub fn commit(&self, least_pages: i64) -> Result<i64> {
+        let mut slot = self.lock_buffer();
+        let Some(buffer) = slot.as_mut() else {
+            return Ok(self.committed_position());
+        };
+        if !self.is_able_to_commit(least_pages) {
+            return Ok(self.committed_position());
+        }
+        let from = self.committed_position();
+        let to = self.wrote.load(Ordering::Acquire);
+        if to > from {
+            // SAFETY: [from, to) lies inside the buffer, was published by the appender (wrote
+            // is loaded with acquire) and is not written again until a truncation, which
+            // excludes commits.
+            let src = unsafe {
+                std::slice::from_raw_parts(
+                    buffer.as_mut_ptr().add(size_to_usize(from)),
+                    size_to_usize(to - from),
+                )
+            };
+            self.file
+                .write_all_at(src, from as u64)
+                .map_err(|e| StoreError::io("cannot commit to", &self.path, e))?;
+            self.committed.store(to, Ordering::Release);
+        }
+        if to == self.file_size {
+            self.buffer_ptr
+                .store(std::ptr::null_mut(), Ordering::Release);
+            // Dropping the buffer gives it back to the pool.
+            slot.take();
+        }
+        Ok(self.committed_position())
     }
 
     pub fn flushed_position(&self) -> i64 {
@@ -171,16 +264,24 @@ impl MappedFile {
         if len < 0 || pos + len > self.file_size {
             return None;
         }
-        // SAFETY: [pos, pos+len) lies inside the mapping, is beyond every published position
-        // (so no reader holds it) and the caller guarantees no other appender.
+        // A buffer is only given back once the segment is full, which the check above rules out.
+        let buffer = self.buffer_ptr.load(Ordering::Acquire);
+        let base = if buffer.is_null() {
+            self.map.as_mut_ptr()
+        } else {
+            buffer
+        };
+        // SAFETY: [pos, pos+len) lies inside the mapping (or the equally long buffer), is beyond
+        // every published position (so no reader or commit holds it) and the caller guarantees
+        // no other appender.
         let dst = unsafe {
-            std::slice::from_raw_parts_mut(
-                self.map.as_mut_ptr().add(size_to_usize(pos)),
-                size_to_usize(len),
-            )
+            std::slice::from_raw_parts_mut(base.add(size_to_usize(pos)), size_to_usize(len))
         };
         fill(dst);
         self.wrote.store(pos + len, Ordering::Release);
+        if buffer.is_null() {
+            self.committed.store(pos + len, Ordering::Release);
+        }
         Some(pos)
     }
 
@@ -234,7 +335,6 @@ impl MappedFile {
                     .map_err(|e| StoreError::io("cannot flush", &self.path, e))?;
             }
             self.flushed.store(target, Ordering::Release);
-            self.committed.store(target, Ordering::Release);
         }
         Ok(self.flushed_position())
     }
@@ -244,6 +344,8 @@ impl MappedFile {
     /// Callers exclude readers of the bytes past `pos` (recovery, truncation).
     pub fn truncate_to(&self, pos: i64) -> Result<()> {
         let pos = pos.clamp(0, self.file_size);
+        // Excludes a commit copying the range being dropped.
+        let _buffer = self.lock_buffer();
         self.wrote.store(pos, Ordering::Release);
         self.committed.store(pos, Ordering::Release);
         self.flushed.store(pos, Ordering::Release);
@@ -436,6 +538,62 @@ mod tests {
         mf.munlock();
         mf.destroy().unwrap();
         assert!(!p.exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn write_buffer_commit_makes_bytes_readable_and_returns_the_buffer() {
+        let d = tmp("buffer");
+        let p = d.join("00000000000000000000");
+        let pool = crate::transient_pool::TransientStorePool::new(1, 16384).unwrap();
+        let mf = MappedFile::create(&p, 0, 16384).unwrap();
+        mf.attach_write_buffer(pool.borrow().unwrap()).unwrap();
+        assert!(mf.has_write_buffer());
+        assert_eq!(pool.available(), 0);
+        unsafe { mf.append_with(100, |b| b.fill(9)) }.unwrap();
+        // Appended but not committed: neither readable nor in the file.
+        assert_eq!((mf.wrote_position(), mf.read_position()), (100, 0));
+        assert!(mf.read(0, 1).is_none());
+        assert!(std::fs::read(&p).unwrap()[..100].iter().all(|&b| b == 0));
+        assert!(!mf.is_able_to_commit(1));
+        assert_eq!(mf.commit(1).unwrap(), 0, "less than a page waits");
+        assert_eq!(mf.commit(0).unwrap(), 100);
+        assert_eq!(mf.read(0, 100).unwrap(), &[9u8; 100][..]);
+        assert_eq!(std::fs::read(&p).unwrap()[..100], [9u8; 100]);
+        // Flush forces only what is committed.
+        unsafe { mf.append_with(8000, |b| b.fill(3)) }.unwrap();
+        assert_eq!(mf.flush(0).unwrap(), 100);
+        assert!(mf.is_able_to_commit(1));
+        assert_eq!(mf.commit(1).unwrap(), 8100);
+        // A truncation drops committed and uncommitted bytes alike; appends resume there.
+        mf.truncate_to(50).unwrap();
+        assert_eq!((mf.wrote_position(), mf.read_position()), (50, 50));
+        assert!(std::fs::read(&p).unwrap()[50..8100].iter().all(|&b| b == 0));
+        unsafe { mf.append_with(16384 - 50, |b| b.fill(5)) }.unwrap();
+        assert!(
+            mf.is_full() && mf.is_able_to_commit(100),
+            "a full segment always commits"
+        );
+        assert_eq!(mf.commit(100).unwrap(), 16384);
+        assert!(!mf.has_write_buffer());
+        assert_eq!(pool.available(), 1, "fully committed: the buffer is back");
+        let file = std::fs::read(&p).unwrap();
+        assert_eq!(file[..50], [9u8; 50]);
+        assert!(file[50..].iter().all(|&b| b == 5));
+        // Without a buffer (given back, then truncated) appends are readable at once.
+        mf.truncate_to(16000).unwrap();
+        unsafe { mf.append_with(10, |b| b.fill(1)) }.unwrap();
+        assert_eq!(mf.read_position(), 16010);
+        assert_eq!(mf.commit(0).unwrap(), 16010);
+        // A used segment cannot take a buffer; a dropped segment gives its buffer back.
+        assert!(mf.attach_write_buffer(pool.borrow().unwrap()).is_err());
+        assert_eq!(pool.available(), 1);
+        let p2 = d.join("00000000000000016384");
+        let mf2 = MappedFile::create(&p2, 16384, 16384).unwrap();
+        mf2.attach_write_buffer(pool.borrow().unwrap()).unwrap();
+        assert_eq!(pool.available(), 0);
+        drop(mf2);
+        assert_eq!(pool.available(), 1);
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -14,6 +14,7 @@ pub struct MappedFileQueue {
     file_size: i64,
     files: RwLock<Vec<Arc<MappedFile>>>,
     flushed_where: AtomicI64,
+    committed_where: AtomicI64,
     store_timestamp: AtomicI64,
 }
 
@@ -120,6 +121,7 @@ impl MappedFileQueue {
             file_size,
             files: RwLock::new(files),
             flushed_where: AtomicI64::new(flushed),
+            committed_where: AtomicI64::new(flushed),
             store_timestamp: AtomicI64::new(0),
         })
     }
@@ -231,6 +233,34 @@ impl MappedFileQueue {
         self.flushed_where.store(offset, Ordering::Release);
     }
 
+    /// How far the segments' write buffers are committed to the files (`getCommittedWhere`).
+    pub fn committed_where(&self) -> i64 {
+        self.committed_where.load(Ordering::Acquire)
+    }
+
+    pub fn set_committed_where(&self, offset: i64) {
+        self.committed_where.store(offset, Ordering::Release);
+    }
+
+    /// `commit(leastPages)` on the segment holding the committed position; true iff nothing
+    /// moved. A segment without a write buffer counts as committed up to what it holds.
+    pub fn commit(&self, least_pages: i64) -> Result<bool> {
+        let where_ = self.committed_where();
+        let file =
+            self.find_by_offset(where_)
+                .or_else(|| if where_ == 0 { self.first() } else { None });
+        let Some(file) = file else {
+            return Ok(true);
+        };
+        let new_where = file.file_from_offset() + file.commit(least_pages)?;
+        // Only ever forward: a concurrent truncation sets it lower itself.
+        let moved = new_where > where_;
+        if moved {
+            self.set_committed_where(new_where);
+        }
+        Ok(!moved)
+    }
+
     /// Store timestamp of the last message seen by a `flush(0)`.
     pub fn store_timestamp(&self) -> i64 {
         self.store_timestamp.load(Ordering::Acquire)
@@ -283,6 +313,9 @@ impl MappedFileQueue {
         drop(files);
         if self.flushed_where() > offset {
             self.set_flushed_where(offset);
+        }
+        if self.committed_where() > offset {
+            self.set_committed_where(offset);
         }
         Ok(())
     }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use crate::allocate::{AllocateConfig, Allocator, ServiceStep};
 use crate::checkpoint::{AbortFile, StoreCheckpoint};
-use crate::commitlog::{AppendResult, Batch, CommitLog, DataSignal, RecoveryReport, RecoveryStart};
+use crate::commitlog::{
+    AppendResult, Batch, CommitLog, CommitRequests, DataSignal, RecoveryReport, RecoveryStart,
+};
 use crate::config::{FlushDiskType, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, CqUnit};
 use crate::consume_queue_store::ConsumeQueueStore;
@@ -18,6 +20,7 @@ use crate::lockfile::StoreLock;
 use crate::message::{property, Message, MessageExt};
 use crate::read::{GetMessageResult, TagFilter, TimeBoundary};
 use crate::reput::{reput, ReputStep};
+use crate::transient_pool::TransientStorePool;
 
 struct Open {
     commitlog: CommitLog,
@@ -97,6 +100,7 @@ pub struct MessageStore {
     config: StoreConfig,
     allocator: Arc<Allocator>,
     signal: Arc<DataSignal>,
+    commits: Arc<CommitRequests>,
     stopping: AtomicBool,
     /// `None` once closed. Operations hold the read side, close takes the write side, so close
     /// waits for calls in flight and no call runs against a closed store.
@@ -142,6 +146,14 @@ impl MessageStore {
             .store_path_commit_log
             .clone()
             .unwrap_or_else(|| root.join("commitlog"));
+        let pool = if config.transient_store_pool_enable {
+            Some(TransientStorePool::new(
+                config.transient_store_pool_size as usize,
+                config.mapped_file_size_commit_log,
+            )?)
+        } else {
+            None
+        };
         let allocator = Arc::new(Allocator::new(
             commitlog_dir.clone(),
             AllocateConfig {
@@ -151,10 +163,17 @@ impl MessageStore {
                 warm_flush_pages: config.flush_least_pages_when_warm_mapped_file,
                 munlock_delay: crate::allocate::MUNLOCK_DELAY,
             },
+            pool.clone(),
         ));
         let signal = Arc::new(DataSignal::default());
-        let commitlog =
-            CommitLog::load(&commitlog_dir, &config, allocator.clone(), signal.clone())?;
+        let commitlog = CommitLog::load(
+            &commitlog_dir,
+            &config,
+            allocator.clone(),
+            signal.clone(),
+            pool,
+        )?;
+        let commits = commitlog.commit_requests();
         machine.transit(StoreState::LoadCommitlogOk)?;
         if let Err(e) = commitlog.refresh_disk_full() {
             log::warn!(target: "rmqstore.disk", "cannot read disk usage: {e}");
@@ -267,6 +286,7 @@ impl MessageStore {
             config,
             allocator,
             signal,
+            commits,
             stopping: AtomicBool::new(false),
             state: RwLock::new(Some(open)),
             recovery,
@@ -375,6 +395,8 @@ impl MessageStore {
         let Some(o) = guard.as_ref() else {
             return Err(StoreError::Closed);
         };
+        // Write buffers hold nothing readable yet: commit them so every record can be cut.
+        o.commitlog.flush_all()?;
         if offset >= o.commitlog.max_offset() {
             return Ok(false);
         }
@@ -384,7 +406,6 @@ impl MessageStore {
             )));
         }
         // Dispatch everything first, so the queues know every queue offset below the cut.
-        o.commitlog.flush_all()?;
         while o.behind() > 0 {
             if o.dispatch(OPEN_DISPATCH_CHUNK)?.bytes == 0 {
                 break;
@@ -438,7 +459,41 @@ impl MessageStore {
         self.stopping.store(true, Ordering::SeqCst);
         self.signal.wake();
         self.allocator.shutdown();
+        self.commits.stop();
         let _ = self.with_open(|o| o.commitlog.stop_group_commit());
+    }
+
+    /// One round of the commit service (`CommitRealTimeService`, transient store pool): waits
+    /// up to `timeout` unless a put asked for a commit, then commits write buffers holding at
+    /// least `least_pages` pages (0: anything).
+    pub fn commit_step(
+        &self,
+        least_pages: i64,
+        timeout: Duration,
+    ) -> Result<crate::commitlog::CommitStep> {
+        // Waits without holding the store open, so a truncation or close need not wait for it.
+        let stopped = self.commits.wait(timeout);
+        let committed = if stopped {
+            false
+        } else {
+            self.with_open(|o| o.commitlog.commit_pages(least_pages))??
+        };
+        Ok(crate::commitlog::CommitStep { committed, stopped })
+    }
+
+    /// The transient store pool's buffers: (free, total), `None` when the pool is disabled
+    /// (`remainTransientStoreBufferNumbs`).
+    pub fn transient_store_pool_buffers(&self) -> Result<Option<(usize, usize)>> {
+        self.with_open(|o| o.commitlog.pool().map(|p| (p.available(), p.total())))
+    }
+
+    /// How far the write buffers are committed into the commitlog files (`getCommittedWhere`);
+    /// without the transient store pool, the written end.
+    pub fn committed_where(&self) -> Result<i64> {
+        self.with_open(|o| match o.commitlog.pool() {
+            Some(_) => o.commitlog.queue().committed_where(),
+            None => o.commitlog.max_offset(),
+        })
     }
 
     // -- flush ------------------------------------------------------------------------------
@@ -717,6 +772,7 @@ impl MessageStore {
         let _ = self.machine.transit(StoreState::ShutdownBegin);
         self.stopping.store(true, Ordering::SeqCst);
         self.signal.wake();
+        self.commits.stop();
         self.allocator.shutdown();
         self.allocator.wait_idle(Duration::from_secs(10));
         let flushed = open.commitlog.flush_all();
@@ -748,6 +804,7 @@ impl MessageStore {
             f.munlock();
         }
         drop(open);
+        self.allocator.release_pool();
         let _ = self.machine.transit(StoreState::ShutdownOk);
         flushed.map(|_| ())?;
         dispatched?;

@@ -56,7 +56,10 @@ fn config_from_dict(cfg: &Bound<'_, PyDict>) -> PyResult<StoreConfig> {
         max_filter_message_size,
         sync_flush_timeout,
         disk_space_warning_level_ratio,
-        os_page_cache_busy_timeout_mills
+        os_page_cache_busy_timeout_mills,
+        transient_store_pool_enable,
+        transient_store_pool_size,
+        wake_commit_when_put_message
     );
     if let Some(v) = cfg.get_item("flush_disk_type")? {
         let s: String = v.extract()?;
@@ -242,6 +245,27 @@ impl Store {
             s.group_commit_step(Duration::from_millis(timeout_ms))
         })?;
         Ok((s.flushed, s.stopped, s.forces))
+    }
+
+    /// One round of the commit service (transient store pool): (committed now, stopped).
+    fn commit_step(
+        &self,
+        py: Python<'_>,
+        least_pages: i64,
+        timeout_ms: u64,
+    ) -> PyResult<(bool, bool)> {
+        let s = self.run(py, |s| {
+            s.commit_step(least_pages, Duration::from_millis(timeout_ms))
+        })?;
+        Ok((s.committed, s.stopped))
+    }
+
+    fn transient_store_pool_buffers(&self, py: Python<'_>) -> PyResult<Option<(usize, usize)>> {
+        self.run(py, |s| s.transient_store_pool_buffers())
+    }
+
+    fn get_committed_where(&self, py: Python<'_>) -> PyResult<i64> {
+        self.run(py, |s| s.committed_where())
     }
 
     fn flush_commitlog(&self, py: Python<'_>, least_pages: i64) -> PyResult<i64> {
