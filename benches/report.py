@@ -78,6 +78,18 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                     check(ratio, target) if target else None,
                 )
             )
+    direct, pooled = results.get("batch_append_direct"), results.get("batch_append_pool")
+    if direct and pooled:
+        rows.append(
+            Row(
+                "batch append 1 KiB, transient store pool vs direct, unwarmed segments, "
+                f"committed ({fmt_rate(rate(pooled, 'bytes'), 'B/s')} vs "
+                f"{fmt_rate(rate(direct, 'bytes'), 'B/s')})",
+                f"{rate(pooled, 'bytes') / rate(direct, 'bytes'):.2f}x",
+                "(reported)",
+                None,
+            )
+        )
     for size in (128, 1024):
         single = results.get(f"put_message_{size}")
         if single:

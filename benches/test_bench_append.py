@@ -87,6 +87,37 @@ def test_batch_append(benchmark, open_store, scaled, size: int) -> None:
     assert len(store.commitlog_segments()) == 1
 
 
+@pytest.mark.parametrize("pool", [False, True], ids=["direct", "pool"])
+def test_batch_append_transient_pool(benchmark, open_store, scaled, pool: bool) -> None:
+    """``put_messages`` of 1 MiB of 1 KiB bodies into segments that are not warmed, with and
+    without the transient store pool (its commit service copying into the files meanwhile).
+    Each round ends with everything committed, so both sides pay for getting the bytes into
+    the files."""
+    size = 1024
+    n = BATCH_BYTES // size
+    bodies = [os.urandom(size) for _ in range(n)]
+    rounds = scaled(200, 30)
+    store = open_store(
+        mapped_file_size_commit_log=_segment_bytes(scaled),
+        transient_store_pool_enable=pool,
+        transient_store_pool_size=3,
+    )
+    assert store.put_message(rmqstore.Message("BenchTopic", b"x")).ok
+    _wait_preallocated(store)
+
+    def append() -> None:
+        r = store.put_messages("BenchTopic", 0, bodies, tags="TagA")
+        assert r.ok
+        end = r.wrote_offset + r.wrote_bytes
+        while store.get_committed_where() < end:
+            store._core.commit_step(0, 0)
+
+    benchmark.extra_info.update(
+        metric=f"batch_append_{'pool' if pool else 'direct'}", messages=n, bytes=n * size
+    )
+    benchmark.pedantic(append, rounds=rounds, iterations=1, warmup_rounds=2)
+
+
 @pytest.mark.parametrize("size", [128, 1024])
 def test_put_message_single(benchmark, open_store, scaled, size: int) -> None:
     """One ``put_message`` per call from one Python thread (message built beforehand)."""
