@@ -126,6 +126,77 @@ impl MappedFileQueue {
         })
     }
 
+    /// Loads the segments of `dir` for reading only (a read-only store), changing nothing: a
+    /// missing folder is an empty queue, and a last segment another process is still creating
+    /// (not yet of the configured size) is left out until [`MappedFileQueue::reload_read_only`]
+    /// finds it whole. Segments start with nothing readable (see
+    /// [`MappedFile::set_read_only_position`]).
+    pub fn load_read_only(dir: &Path, file_size: i64) -> Result<MappedFileQueue> {
+        let q = MappedFileQueue {
+            dir: dir.to_path_buf(),
+            file_size,
+            files: RwLock::new(Vec::new()),
+            flushed_where: AtomicI64::new(0),
+            committed_where: AtomicI64::new(0),
+            store_timestamp: AtomicI64::new(0),
+        };
+        q.reload_read_only()?;
+        Ok(q)
+    }
+
+    /// Read-only queues: picks up segments another process added after the last one known, and
+    /// forgets those it deleted from the front. Returns true when the list changed.
+    pub fn reload_read_only(&self) -> Result<bool> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(StoreError::io("cannot list", &self.dir, e)),
+        };
+        let mut on_disk = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| StoreError::io("cannot list", &self.dir, e))?;
+            if let Some(offset) = entry.file_name().to_str().and_then(file_name_to_offset) {
+                if offset % self.file_size == 0 {
+                    on_disk.push(offset);
+                }
+            }
+        }
+        on_disk.sort_unstable();
+        let mut files = self.write_files();
+        let mut changed = false;
+        // Deleted from the front (expired): forget them (readers holding one keep its mapping).
+        let first_on_disk = on_disk.first().copied().unwrap_or(i64::MAX);
+        let before = files.len();
+        files.retain(|f| f.file_from_offset() >= first_on_disk);
+        changed |= files.len() != before;
+        let mut next = files.last().map(|f| f.file_from_offset() + self.file_size);
+        for offset in on_disk {
+            if next.is_some_and(|n| offset < n) {
+                continue;
+            }
+            if next.is_some_and(|n| offset != n) {
+                // A gap: the files after it cannot be placed; stop at what is contiguous.
+                break;
+            }
+            match MappedFile::open_read_only(&self.path_for(offset), offset, self.file_size) {
+                Ok(Some(f)) => {
+                    files.push(Arc::new(f));
+                    next = Some(offset + self.file_size);
+                    changed = true;
+                }
+                // Still being created, or gone in the meantime: the next reload sees it.
+                Ok(None) => break,
+                Err(StoreError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    break
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(changed)
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
