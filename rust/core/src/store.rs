@@ -184,7 +184,6 @@ impl MessageStore {
             pool,
             false,
         )?;
-        let commits = commitlog.commit_requests();
         machine.transit(StoreState::LoadCommitlogOk)?;
         if let Err(e) = commitlog.refresh_disk_full() {
             log::warn!(target: "rmqstore.disk", "cannot read disk usage: {e}");
@@ -295,18 +294,35 @@ impl MessageStore {
             open.commitlog.max_offset(),
             open.cqs.all().len()
         );
-        Ok(MessageStore {
+        Ok(MessageStore::assemble(
+            root, machine, config, allocator, signal, open, recovery, false,
+        ))
+    }
+
+    /// The handle around an opened store.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        root: &Path,
+        machine: Arc<StateMachine>,
+        config: StoreConfig,
+        allocator: Arc<Allocator>,
+        signal: Arc<DataSignal>,
+        open: Open,
+        recovery: RecoveryReport,
+        read_only: bool,
+    ) -> MessageStore {
+        MessageStore {
             root: root.to_path_buf(),
             machine,
             config,
             allocator,
             signal,
-            commits,
+            commits: open.commitlog.commit_requests(),
             stopping: AtomicBool::new(false),
             state: RwLock::new(Some(open)),
             recovery,
-            read_only: false,
-        })
+            read_only,
+        }
     }
 
     /// Opens an existing store for reading only, while another process may be writing it:
@@ -350,7 +366,6 @@ impl MessageStore {
             None,
             true,
         )?;
-        let commits = commitlog.commit_requests();
         let cqs = ConsumeQueueStore::load_read_only(
             &root.join("consumequeue"),
             config.consume_queue_units_per_file(),
@@ -367,18 +382,16 @@ impl MessageStore {
             _lock: None,
         };
         machine.transit(StoreState::Running)?;
-        Ok(MessageStore {
-            root: root.to_path_buf(),
+        Ok(MessageStore::assemble(
+            root,
             machine,
             config,
             allocator,
             signal,
-            commits,
-            stopping: AtomicBool::new(false),
-            state: RwLock::new(Some(open)),
-            recovery: RecoveryReport::default(),
-            read_only: true,
-        })
+            open,
+            RecoveryReport::default(),
+            true,
+        ))
     }
 
     /// Opened with [`MessageStore::open_read_only`].
