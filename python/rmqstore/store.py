@@ -65,7 +65,9 @@ class MessageStore:
     and segments the writer adds are found as reads reach them. Calls that would change the
     store (puts, flushes, truncation, consumer offset commits) raise
     :class:`~rmqstore.errors.StoreReadOnlyError`; ``query_message`` does too (the index files
-    are not opened yet). The segment sizes must be the writer's.
+    are not opened yet). The segment sizes must be the writer's. If the writer cuts its log
+    (``truncate_files``, or recovery after a crash) while a read-only store is open, open the
+    read-only store again: it keeps what it had seen.
     """
 
     def __init__(

@@ -110,17 +110,25 @@ impl ConsumeQueue {
     /// Read-only queues: extends the readable end over the units dispatched since the last
     /// refresh. A unit counts once it is whole (`offset >= 0 && size > 0`) and, for the last
     /// [`READ_ONLY_VERIFY_UNITS`] found, once `verify` confirms its commitlog record (a unit
-    /// being written may be torn). Also forgets segments deleted from the front and moves the
-    /// minimum past records the commitlog no longer holds (`min_commit_log_offset`).
+    /// being written may be torn). Looks for new segments once the known ones are read to
+    /// their end, and moves the minimum past records the commitlog no longer holds
+    /// (`min_commit_log_offset`).
     pub fn refresh_read_only(
         &self,
         min_commit_log_offset: i64,
         verify: impl Fn(&CqUnit) -> bool,
     ) -> Result<()> {
-        self.queue.reload_read_only()?;
-        let files = self.queue.files();
         let size = self.queue.file_size();
         let mut end = self.read_only_end.load(Ordering::Acquire);
+        // New segments matter only once the known ones are read to their end.
+        if self
+            .queue
+            .last()
+            .is_none_or(|l| end >= l.file_from_offset() + size)
+        {
+            self.queue.reload_read_only()?;
+        }
+        let files = self.queue.files();
         if let Some(first) = files.first() {
             end = end.max(first.file_from_offset());
         }
