@@ -480,4 +480,68 @@ mod tests {
         assert!(d.join("00000000000000003072").exists());
         let _ = std::fs::remove_dir_all(&d);
     }
+
+    #[test]
+    fn commit_moves_across_buffered_and_direct_segments() {
+        let d = tmp("commit");
+        let pool = crate::transient_pool::TransientStorePool::new(1, 1024).unwrap();
+        let q = MappedFileQueue::load(&d, 1024).unwrap();
+        q.set_committed_where(0);
+        // Segment 0 borrows the only buffer; segment 1 is written directly.
+        for off in [0, 1024] {
+            let f = Arc::new(MappedFile::create(&q.path_for(off), off, 1024).unwrap());
+            if let Some(b) = pool.borrow() {
+                f.attach_write_buffer(b).unwrap();
+            }
+            q.push(f.clone()).unwrap();
+            unsafe { f.append_with(1024, |b| b.fill(off as u8 / 4 + 1)) }.unwrap();
+        }
+        // Segment 1 reads at once, segment 0 only after its commit: the queue's end says 2048,
+        // which is why the commitlog bounds reads by the committed position with a pool.
+        assert_eq!(q.max_offset(), 2048);
+        assert!(q.files()[0].read(0, 1).is_none());
+        assert!(!q.commit(0).unwrap());
+        assert_eq!(q.committed_where(), 1024);
+        assert_eq!(
+            pool.available(),
+            1,
+            "a fully committed segment gives its buffer back"
+        );
+        assert!(!q.commit(0).unwrap());
+        assert_eq!(q.committed_where(), 2048);
+        assert!(q.commit(0).unwrap(), "nothing left to commit");
+        assert_eq!(
+            std::fs::read(d.join("00000000000000000000")).unwrap(),
+            [1u8; 1024]
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn read_only_reload_finds_new_whole_segments_only() {
+        let d = tmp("ro");
+        let q = MappedFileQueue::load(&d, 1024).unwrap();
+        fill(&q, 64, 16); // one full segment
+        let ro = MappedFileQueue::load_read_only(&d, 1024).unwrap();
+        assert_eq!(ro.files().len(), 1);
+        assert_eq!(
+            ro.files()[0].read_position(),
+            0,
+            "nothing trusted before a refresh"
+        );
+        assert!(!ro.reload_read_only().unwrap());
+        // A segment still being created (not yet its full size) is left for later.
+        std::fs::write(d.join("00000000000000001024"), b"").unwrap();
+        assert!(!ro.reload_read_only().unwrap());
+        std::fs::remove_file(d.join("00000000000000001024")).unwrap();
+        fill(&q, 64, 16);
+        assert!(ro.reload_read_only().unwrap());
+        assert_eq!(ro.files().len(), 2);
+        // Nothing was created by the read-only side.
+        assert!(MappedFileQueue::load_read_only(&d.join("missing"), 1024)
+            .unwrap()
+            .is_empty());
+        assert!(!d.join("missing").exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }
