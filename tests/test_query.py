@@ -6,9 +6,12 @@ exact key matches only, newest first, even when key hashes collide.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
+import pytest
+import rmqstore
 from rmqstore import Message, MessageStore, PutMessageResult
 from rmqwire import (
     INT_MIN,
@@ -322,3 +325,36 @@ def test_query_survives_reopen(open_small) -> None:
     store.close()
     store = open_small()
     assert {k: query(store, "Q", f"k{k}") for k in range(7)} == before
+
+
+@pytest.mark.parametrize("abort", [True, False], ids=["after-crash", "clean"])
+def test_empty_index_file_left_by_a_crash_is_removed(
+    open_small, store_path: Path, caplog: pytest.LogCaptureFixture, abort: bool
+) -> None:
+    """A crash between creating an index file and sizing it leaves a 0-byte file; the store
+    opens (as RocketMQ's does), removes it, and every key is still found."""
+    store = open_small()
+    rs = [put(store, "Q", keys=[f"k{i}"]) for i in range(30)]
+    assert store.wait_dispatched()
+    store.close()
+    newest = max(p.name for p in index_dir(store_path).iterdir())
+    empty = index_dir(store_path) / f"{int(newest) + 1:017d}"
+    empty.touch()
+    if abort:
+        (store_path / "abort").write_bytes(b"")
+    # A wrong non-zero size is still refused (and nothing is changed).
+    empty.write_bytes(b"x")
+    with pytest.raises(rmqstore.StoreCorruptedError, match=empty.name):
+        open_small()
+    empty.write_bytes(b"")
+    with caplog.at_level(logging.WARNING, logger="rmqstore.index"):
+        store = open_small()
+    assert not empty.exists()
+    assert any("removing empty index file" in m for m in caplog.messages)
+    assert store.recovery_report()["abnormal"] is abort
+    assert store.wait_dispatched()
+    for i, r in enumerate(rs):
+        assert query(store, "Q", f"k{i}") == [r.wrote_offset]
+    later = put(store, "Q", keys=["after"])
+    assert store.wait_dispatched()
+    assert query(store, "Q", "after") == [later.wrote_offset]

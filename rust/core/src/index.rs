@@ -986,6 +986,9 @@ pub struct IndexService {
     /// End timestamp of the newest full file known to be on disk (the checkpoint's
     /// `indexMsgTimestamp`), 0 if none.
     index_msg_timestamp: Arc<AtomicI64>,
+    /// Empty (0-byte) files found at load: a crash between creating an index file and sizing
+    /// it. They hold nothing; [`IndexService::remove_empty_leftovers`] deletes them.
+    empty_leftovers: Mutex<Vec<PathBuf>>,
 }
 
 impl std::fmt::Debug for IndexService {
@@ -1000,10 +1003,14 @@ impl std::fmt::Debug for IndexService {
 impl IndexService {
     /// Loads every index file of `dir` in name order. Every entry must be a 17-digit name of a
     /// file of the exact size, else [`StoreError::Corrupted`] naming it, reported before any
-    /// file is mapped. A missing folder is an empty index (it is created with the first file).
+    /// file is mapped; a 0-byte file (a crash between creating and sizing it, which RocketMQ's
+    /// store also opens) holds nothing and is set aside for
+    /// [`IndexService::remove_empty_leftovers`]. A missing folder is an empty index (it is
+    /// created with the first file).
     pub fn load(dir: &Path, hash_slot_num: i32, index_num: i32) -> Result<IndexService> {
         let size = index_file_size(hash_slot_num, index_num)?;
         let mut names = Vec::new();
+        let mut empty = Vec::new();
         match std::fs::read_dir(dir) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(StoreError::io("cannot list index folder", dir, e)),
@@ -1029,6 +1036,10 @@ impl IndexService {
                         .map_err(|e| StoreError::io("cannot stat index file", &path, e))?;
                     if !meta.is_file() {
                         return Err(StoreError::corrupted(&path, "index entry is not a file"));
+                    }
+                    if meta.len() == 0 {
+                        empty.push(path);
+                        continue;
                     }
                     if meta.len() != size as u64 {
                         return Err(StoreError::corrupted(
@@ -1060,7 +1071,27 @@ impl IndexService {
             writer: Mutex::new(None),
             pending_flushes: Mutex::new(Vec::new()),
             index_msg_timestamp: Arc::new(AtomicI64::new(0)),
+            empty_leftovers: Mutex::new(empty),
         })
+    }
+
+    /// Deletes the 0-byte index files found at load (see [`IndexService::load`]); returns how
+    /// many. Called once opening may change files.
+    pub fn remove_empty_leftovers(&self) -> Result<usize> {
+        let leftovers = std::mem::take(&mut *lock(&self.empty_leftovers));
+        for path in &leftovers {
+            log::warn!(
+                target: LOG_TARGET,
+                "removing empty index file {} (a crash left it before it was sized)",
+                path.display()
+            );
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::io("cannot remove empty index file", path, e)),
+            }
+        }
+        Ok(leftovers.len())
     }
 
     pub fn dir(&self) -> &Path {

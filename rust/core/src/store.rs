@@ -209,6 +209,9 @@ impl MessageStore {
         machine.transit(StoreState::LoadIndexOk)?;
         // Everything was found as expected: from here on, opening may change files.
         let checkpoint = StoreCheckpoint::open(&root.join("checkpoint"))?;
+        if let Some(index) = &index {
+            index.remove_empty_leftovers()?;
+        }
         machine.transit(StoreState::RecoverBegin)?;
         cqs.recover()?;
         machine.transit(StoreState::RecoverConsumeQueueOk)?;
