@@ -35,8 +35,9 @@ Read options (names as Spark's Kafka source where they mean the same; case does 
     Messages per micro-batch, split over the queues in proportion to their backlog as Kafka
     does; ``Trigger.AvailableNow`` honours it too.
 ``consumerGroup`` (streams)
-    After each micro-batch, record its end offsets as this consumer group's offsets in the
-    store (``commit_offsets``). That needs the store's write lock: while a writer holds it the
+    Record the end offsets of each micro-batch Spark commits to the source as this consumer
+    group's offsets in the store (``commit_offsets``). Spark commits a batch when it plans the
+    next one, so the last batch of a run is recorded when the query runs again. That needs the store's write lock: while a writer holds it the
     commit is skipped with a warning (a later commit records later offsets) and the query goes on.
 ``store.<setting>``
     A :class:`rmqstore.StoreConfig` setting the store was written with, e.g.

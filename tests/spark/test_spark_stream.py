@@ -1,0 +1,102 @@
+"""Streaming reads: rate limit, restarts from the checkpoint, new queues, consumer offsets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import rmqstore
+from rmqspark import Row, put, spark_rows, store_options, stored_rows
+from rmqwire import SMALL_STORE
+
+pytestmark = pytest.mark.spark
+
+
+def _run(spark: Any, path: Path, checkpoint: Path, **options: str) -> list[list[Row]]:
+    """Runs the stream with Trigger.AvailableNow to its end; returns each micro-batch's rows."""
+    batches: list[list[Row]] = []
+
+    def collect(df: Any, _batch_id: int) -> None:
+        batches.append(spark_rows(df))
+
+    query = (
+        spark.readStream.format("rmqstore")
+        .options(**store_options(path, **options))
+        .load()
+        .writeStream.trigger(availableNow=True)
+        .option("checkpointLocation", str(checkpoint))
+        .foreachBatch(collect)
+        .start()
+    )
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    return batches
+
+
+def _messages(topic: str, queue_id: int, count: int, tag: str) -> list[rmqstore.Message]:
+    return [
+        rmqstore.Message(topic, f"{tag}-{queue_id}-{i}".encode(), tags=tag, queue_id=queue_id)
+        for i in range(count)
+    ]
+
+
+def _last_offsets(checkpoint: Path) -> Any:
+    """The end offsets of the last micro-batch, as Spark wrote them in the checkpoint."""
+    offsets = checkpoint / "offsets"
+    last = max(offsets.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    return json.loads(last.read_text().splitlines()[-1])
+
+
+def _group_offsets(path: Path, topic: str, queues: int) -> list[int]:
+    with rmqstore.MessageStore(path, **SMALL_STORE) as store:
+        return [store.query_offset("spark-group", topic, q) for q in range(queues)]
+
+
+def test_rate_limit_restart_new_queue_and_group(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    checkpoint = tmp_path / "checkpoint"
+    put(path, _messages("S", 0, 10, "one") + _messages("S", 1, 5, "one"))
+    options = {
+        "topics": "S",
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "6",
+        "consumerGroup": "spark-group",
+    }
+    first = _run(spark, path, checkpoint, **options)
+    # Kafka's proration over backlogs 10 and 5: 4+2, then 4+2 of 6 and 3, then the 2+1 left.
+    assert [len(b) for b in first] == [6, 6, 3]
+    assert sorted(r for b in first for r in b) == stored_rows(path)
+    assert _last_offsets(checkpoint) == {"S": {"0": 10, "1": 5}}
+    # Spark commits a batch to the source when it plans the next one: the group's offsets are
+    # the second batch's end; the last batch is committed by the next run.
+    assert _group_offsets(path, "S", 3) == [8, 4, -1]
+
+    # Between two runs: 4 more messages on queue 0 and a new queue 2 with 3.
+    put(path, _messages("S", 0, 4, "two") + _messages("S", 2, 3, "two"))
+    second = _run(spark, path, checkpoint, **options)
+    # Backlogs 4 and 3 (the new queue from its first offset): 3+2, then 1+1.
+    assert [len(b) for b in second] == [5, 2]
+    new_rows = [r for b in second for r in b]
+    assert {r[-1].decode().split("-")[0] for r in new_rows} == {"two"}
+    # Neither run lost or repeated a message.
+    assert sorted(r for b in first + second for r in b) == stored_rows(path)
+    assert _last_offsets(checkpoint) == {"S": {"0": 14, "1": 5, "2": 3}}
+    assert _group_offsets(path, "S", 3) == [13, 5, 2]
+
+
+def test_stream_starts_at_latest_by_default(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    checkpoint = tmp_path / "checkpoint"
+    put(path, _messages("L", 0, 5, "old"))
+    # Spark runs one empty batch, which records the starting offsets in the checkpoint.
+    assert [len(b) for b in _run(spark, path, checkpoint)] == [0]
+    assert _last_offsets(checkpoint) == {"L": {"0": 5}}
+    put(path, _messages("L", 0, 3, "new"))
+    batches = _run(spark, path, checkpoint)
+    rows = [r for b in batches for r in b]
+    assert [r[-1] for r in rows] == [f"new-0-{i}".encode() for i in range(3)]
