@@ -37,8 +37,9 @@ Read options (names as Spark's Kafka source where they mean the same; case does 
 ``consumerGroup`` (streams)
     Record the end offsets of each micro-batch Spark commits to the source as this consumer
     group's offsets in the store (``commit_offsets``). Spark commits a batch when it plans the
-    next one, so the last batch of a run is recorded when the query runs again. That needs the store's write lock: while a writer holds it the
-    commit is skipped with a warning (a later commit records later offsets) and the query goes on.
+    next one, so the last batch of a run is recorded when the query runs again. That needs the
+    store's write lock: while a writer holds it the commit is skipped with a warning (a later
+    commit records later offsets) and the query goes on.
 ``store.<setting>``
     A :class:`rmqstore.StoreConfig` setting the store was written with, e.g.
     ``store.mapped_file_size_commit_log``; segment sizes must be the writer's.
@@ -54,6 +55,7 @@ keys and properties; only the ``append`` mode is accepted.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -487,7 +489,7 @@ def _selected_queues(store: MessageStore, opts: _ReadOptions) -> list[tuple[str,
     """(topic, queue id) pairs the selection options name, sorted."""
     present = sorted(store.topics())
     if opts.assign is not None:
-        pairs = []
+        pairs: list[tuple[str, int]] = []
         for topic, qids in sorted(opts.assign.items()):
             if topic not in present:
                 raise _bad_option(f"assign names topic {topic!r}, which the store does not have")
@@ -526,7 +528,7 @@ def _check_json_topics(name: str, spec: OffsetSpec, queues: Iterable[tuple[str, 
                 )
 
 
-def _resolve(spec: OffsetSpec, topic: str, qid: int, low: int, high: int, default: str) -> int:
+def _resolve(spec: OffsetSpec, topic: str, qid: int, *, low: int, high: int, default: str) -> int:
     """The offset ``spec`` gives a queue whose readable offsets are [low, high)."""
     if isinstance(spec, str):
         word = spec
@@ -606,13 +608,12 @@ def _read_range(
 ) -> Iterator[pa.RecordBatch]:
     """Yields the rows of ``part`` as batches of the Spark schema ``target``."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     tag_set = pa.array(sorted(tags), pa.string()) if tags is not None else None
     # until read_only lands: the fallback open holds the store's lock, so read the range in
     # full and close before yielding; a read-only open streams batch by batch.
     with _reading(opts.path, opts.settings) as store:
-        batches = _range_batches(store, opts, target, part, tag_set, pc)
+        batches = _range_batches(store, opts, target, part, tag_set)
         if _is_cached(store):
             yield from batches
             return
@@ -626,8 +627,9 @@ def _range_batches(
     target: pa.Schema,
     part: QueueRange,
     tag_set: pa.Array | None,
-    pc: Any,
 ) -> Iterator[pa.RecordBatch]:
+    import pyarrow.compute as pc
+
     offset = part.start
     while offset < part.end:
         low = store.get_min_offset_in_queue(part.topic, part.queue_id)
@@ -701,7 +703,7 @@ class RmqStoreReader(DataSourceReader):
             raise _bad_option(f"columns {sorted(unknown)} are not columns of the source")
         self.pushed = _Pushed()
 
-    def partitions(self) -> list[QueueRange]:  # type: ignore[override]
+    def partitions(self) -> list[QueueRange]:
         opts, p = self.opts, self.pushed
         with _reading(opts.path, opts.settings) as store:
             queues = _selected_queues(store, opts)
@@ -718,11 +720,13 @@ class RmqStoreReader(DataSourceReader):
                 if opts.starting_timestamp is not None:
                     start = store.get_offset_in_queue_by_time(topic, qid, opts.starting_timestamp)
                 else:
-                    start = _resolve(opts.starting, topic, qid, low, high, "earliest")
+                    start = _resolve(
+                        opts.starting, topic, qid, low=low, high=high, default="earliest"
+                    )
                 if opts.ending_timestamp is not None:
                     end = store.get_offset_in_queue_by_time(topic, qid, opts.ending_timestamp)
                 else:
-                    end = _resolve(opts.ending, topic, qid, low, high, "latest")
+                    end = _resolve(opts.ending, topic, qid, low=low, high=high, default="latest")
                 if start > high:
                     raise _bad_option(
                         f"startingOffsets {start} of {topic}/{qid} is past its end {high}"
@@ -849,11 +853,11 @@ class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 low = store.get_min_offset_in_queue(topic, qid)
                 high = store.get_max_offset_in_queue(topic, qid)
                 if opts.starting_timestamp is not None:
-                    offset = store.get_offset_in_queue_by_time(
-                        topic, qid, opts.starting_timestamp
-                    )
+                    offset = store.get_offset_in_queue_by_time(topic, qid, opts.starting_timestamp)
                 else:
-                    offset = _resolve(opts.starting, topic, qid, low, high, "latest")
+                    offset = _resolve(
+                        opts.starting, topic, qid, low=low, high=high, default="latest"
+                    )
                 out[(topic, qid)] = min(offset, high)
         return _to_json(out)
 
@@ -883,7 +887,7 @@ class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> QueueOffsets | None:  # noqa: N802 - Spark's name
         return _to_json(self._latest) if self._latest is not None else None
 
-    def partitions(self, start: QueueOffsets, end: QueueOffsets) -> list[QueueRange]:  # type: ignore[override]
+    def partitions(self, start: QueueOffsets, end: QueueOffsets) -> list[QueueRange]:
         begin = _from_json(start)
         stop = _from_json(end)
         low = self._bounds()[0]
@@ -971,10 +975,9 @@ def _staging_dir(path: str, job: str) -> str:
 
 def _remove_staging(path: str, job: str) -> None:
     shutil.rmtree(_staging_dir(path, job), ignore_errors=True)
-    try:
+    # Fails while another job's staging folder is there, or when it is gone already.
+    with contextlib.suppress(OSError):
         os.rmdir(os.path.join(path, STAGING_DIR))
-    except OSError:
-        pass  # another job's staging folder is still there, or it is gone already
 
 
 class RmqStoreWriter(DataSourceArrowWriter):
@@ -1024,7 +1027,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
         os.replace(tmp, os.path.join(folder, name))
         return StagedFile(partition, name, rows)
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         staged = sorted(
             (m for m in messages if isinstance(m, StagedFile) and m.file is not None),
             key=lambda m: m.partition,
@@ -1035,7 +1038,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
         finally:
             _remove_staging(self.path, self.job)
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _remove_staging(self.path, self.job)
 
     def _append(self, staged: Sequence[StagedFile]) -> None:

@@ -1,4 +1,4 @@
-"""Helpers of the Spark suite: test stores and their rows, as the source and get_message see them."""
+"""Helpers of the Spark suite: test stores and their rows as the source and get_message see them."""
 
 from __future__ import annotations
 

@@ -89,9 +89,7 @@ def test_offset_ranges(spark: Any, read_store: tuple[Path, int]) -> None:
     )
     ends = {0: 33, 1: 4, 2: 10}
     expected = [
-        r
-        for r in everything
-        if r[0] == "TopicA" and (7 if r[1] == 0 else 0) <= r[2] < ends[r[1]]
+        r for r in everything if r[0] == "TopicA" and (7 if r[1] == 0 else 0) <= r[2] < ends[r[1]]
     ]
     assert len(expected) == 26 + 4 + 10
     assert spark_rows(df) == expected

@@ -100,3 +100,40 @@ def test_stream_starts_at_latest_by_default(spark: Any, tmp_path: Path) -> None:
     batches = _run(spark, path, checkpoint)
     rows = [r for b in batches for r in b]
     assert [r[-1] for r in rows] == [f"new-0-{i}".encode() for i in range(3)]
+
+
+def _drop_first_consume_queue_file(path: Path, topic: str, queue_id: int) -> None:
+    """Removes a queue's oldest consume queue file (as expiry would), the store closed."""
+    folder = path / "consumequeue" / topic / str(queue_id)
+    min(folder.iterdir()).unlink()
+
+
+def test_fail_on_data_loss(spark: Any, tmp_path: Path) -> None:
+    from pyspark.errors import AnalysisException
+
+    path = tmp_path / "store"
+    checkpoint = tmp_path / "checkpoint"
+    put(path, _messages("D", 0, 10, "a"))
+    options = {"startingOffsets": "earliest"}
+    assert [len(b) for b in _run(spark, path, checkpoint, **options)] == [10]
+    # 110 more messages, then offsets 0-49 go (the small store has 50 per file).
+    put(path, _messages("D", 0, 110, "b"))
+    _drop_first_consume_queue_file(path, "D", 0)
+    with rmqstore.MessageStore(path, **SMALL_STORE) as store:
+        assert store.get_min_offset_in_queue("D", 0) == 50
+
+    # A batch read from below the first readable offset fails when planned, or skips.
+    batch = spark.read.format("rmqstore").options(
+        **store_options(path, startingOffsets='{"D":{"0":10}}')
+    )
+    with pytest.raises(AnalysisException, match="data loss, D/0: offset 10 is below the queue's"):
+        batch.load().collect()
+    skipped = batch.option("failOnDataLoss", "false").load()
+    assert [r.queue_offset for r in skipped.collect()] == list(range(50, 120))
+
+    # The stream's checkpoint says 10: the restarted query fails, and goes on from 50 with
+    # failOnDataLoss=false.
+    with pytest.raises(Exception, match="set failOnDataLoss=false to read from the first"):
+        _run(spark, path, checkpoint, **options)
+    batches = _run(spark, path, checkpoint, failOnDataLoss="false", **options)
+    assert sorted(r[2] for b in batches for r in b) == list(range(50, 120))

@@ -75,7 +75,7 @@ def _failing_body(marker: Path | None, fail_at: int) -> Any:
             if marker is None:
                 raise RuntimeError("this row always fails")
             if not os.path.exists(marker):
-                open(marker, "w").close()  # noqa: PTH123, SIM115
+                open(marker, "w").close()
                 raise RuntimeError("first attempt fails")
         return f"row-{i}".encode()
 
@@ -87,7 +87,9 @@ def _rows_with_udf(spark: Any, udf: Any, n: int) -> Any:
 
     # Two partitions made by range, so the UDF runs in the writing tasks.
     return spark.range(0, n, 1, 2).select(
-        F.lit("R").alias("topic"), udf("id").alias("body"), (F.col("id") % 3).cast("int").alias("queue_id")
+        F.lit("R").alias("topic"),
+        udf("id").alias("body"),
+        (F.col("id") % 3).cast("int").alias("queue_id"),
     )
 
 
