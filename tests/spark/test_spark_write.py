@@ -60,9 +60,17 @@ def test_round_trip_with_four_tasks(spark: Any, tmp_path: Path) -> None:
             assert 0 <= got[1] < 8
         if props:
             assert set(props.items()) <= set(got[8])
-    # Appending again adds the rows a second time after the first ones.
-    _write(spark.createDataFrame(rows[:10], WRITE_SCHEMA), path)
-    assert len(stored_rows(path)) == 310
+    # Appending again adds the rows a second time, after the first ones and in DataFrame
+    # order (two tasks, committed in partition order).
+    again = [("Z", f"again-{i}".encode(), i % 2, None, [], None) for i in range(10)]
+    df = spark.createDataFrame(again, WRITE_SCHEMA)
+    assert df.rdd.getNumPartitions() == 2
+    _write(df, path)
+    after = stored_rows(path)
+    assert len(after) == 310
+    z = sorted((r for r in after if r[0] == "Z"), key=lambda r: r[3])  # commitlog order
+    assert [r[-1] for r in z] == [b for _, b, *_ in again]
+    assert min(r[3] for r in z) > max(r[3] for r in after if r[0] != "Z")
 
 
 def _failing_body(marker: Path | None, fail_at: int) -> Any:
