@@ -1,4 +1,4 @@
-"""The Spark suite's fixtures: one local SparkSession for all tests, small stores to read."""
+"""The Spark suite's fixture: one local SparkSession for all its tests (helpers: rmqspark)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,9 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-# The helpers next to this file (rmqspark) are imported by plain name.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture(scope="session")
