@@ -150,7 +150,7 @@ def _error_classes() -> list[type[BaseException]]:
 def test_every_error_derives_from_rmqstore_error() -> None:
     classes = _error_classes()
     assert {c.__name__ for c in classes} == set(rmqstore.errors.__all__)
-    assert len(classes) == 8
+    assert len(classes) == 9
     for cls in classes:
         assert issubclass(cls, rmqstore.RmqStoreError), cls
         assert issubclass(cls, Exception), cls
@@ -168,6 +168,7 @@ def test_errors_also_derive_from_the_fitting_builtin() -> None:
     ):
         assert issubclass(cls, ValueError)
         assert not issubclass(cls, OSError)
+    assert issubclass(rmqstore.StoreReadOnlyError, PermissionError)
     # A misspelt setting is also what Python raises for an unknown keyword.
     assert issubclass(rmqstore.UnknownSettingError, TypeError)
     assert issubclass(rmqstore.UnknownSettingError, rmqstore.StoreConfigError)

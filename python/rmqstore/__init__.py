@@ -17,6 +17,7 @@ from .errors import (
     StoreCorruptedError,
     StoreIOError,
     StoreLockedError,
+    StoreReadOnlyError,
     UnknownSettingError,
 )
 from .store import MessageStore
@@ -38,6 +39,7 @@ __all__ = [
     "StoreCorruptedError",
     "StoreIOError",
     "StoreLockedError",
+    "StoreReadOnlyError",
     "StoreState",
     "UnknownSettingError",
     "__version__",

@@ -11,7 +11,7 @@ import logging
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
     from ._rmqstore import Store
@@ -183,18 +183,40 @@ class ReputMessageService(ServiceThread):
         }
 
 
-class _PeriodicFlush(ServiceThread):
-    """Forces pages every ``interval`` ms when at least ``least_pages`` are waiting, and
-    everything written every ``thorough`` ms (RocketMQ's flush services)."""
+class _PagedService(ServiceThread):
+    """A service that works every ``interval`` ms when at least ``least_pages`` pages wait, and
+    on anything once ``thorough`` ms have passed since its last such round (RocketMQ's flush
+    and commit services). ``settings`` names its three StoreConfig fields."""
+
+    settings: tuple[str, str, str]
 
     def __init__(self, core: Store, interval_ms: int, least_pages: int, thorough_ms: int) -> None:
         super().__init__()
         self._core = core
+        self.interval_ms = interval_ms
         self.interval = interval_ms / 1000
         self.least_pages = least_pages
         self.thorough = thorough_ms / 1000
         self._last_thorough = time.monotonic()
         self.rounds = 0
+
+    @classmethod
+    def for_config(cls, core: Store, cfg: StoreConfig) -> Self:
+        interval, least, thorough = (getattr(cfg, name) for name in cls.settings)
+        return cls(core, interval, least, thorough)
+
+    def _least_pages_now(self) -> int:
+        """``least_pages``, or 0 when a thorough round is due."""
+        now = time.monotonic()
+        if now - self._last_thorough >= self.thorough:
+            self._last_thorough = now
+            return 0
+        return self.least_pages
+
+
+class _PeriodicFlush(_PagedService):
+    """Forces pages every ``interval`` ms when at least ``least_pages`` are waiting, and
+    everything written every ``thorough`` ms (RocketMQ's flush services)."""
 
     def flush(self, least_pages: int) -> None:
         raise NotImplementedError
@@ -202,11 +224,7 @@ class _PeriodicFlush(ServiceThread):
     def run_once(self) -> bool:
         if self._stopped.wait(self.interval):
             return False
-        least = self.least_pages
-        now = time.monotonic()
-        if now - self._last_thorough >= self.thorough:
-            self._last_thorough = now
-            least = 0
+        least = self._least_pages_now()
         try:
             self.flush(least)
             self.rounds += 1
@@ -226,15 +244,11 @@ class FlushRealTimeService(_PeriodicFlush):
     """ASYNC_FLUSH: forces the commitlog every ``flush_interval_commit_log`` ms."""
 
     name = "FlushRealTimeService"
-
-    @classmethod
-    def for_config(cls, core: Store, cfg: StoreConfig) -> FlushRealTimeService:
-        return cls(
-            core,
-            cfg.flush_interval_commit_log,
-            cfg.flush_commit_log_least_pages,
-            cfg.flush_commit_log_thorough_interval,
-        )
+    settings = (
+        "flush_interval_commit_log",
+        "flush_commit_log_least_pages",
+        "flush_commit_log_thorough_interval",
+    )
 
     def flush(self, least_pages: int) -> None:
         self._core.flush_commitlog(least_pages)
@@ -244,21 +258,17 @@ class FlushConsumeQueueService(_PeriodicFlush):
     """Forces the consume queues every ``flush_interval_consume_queue`` ms."""
 
     name = "FlushConsumeQueueService"
-
-    @classmethod
-    def for_config(cls, core: Store, cfg: StoreConfig) -> FlushConsumeQueueService:
-        return cls(
-            core,
-            cfg.flush_interval_consume_queue,
-            cfg.flush_consume_queue_least_pages,
-            cfg.flush_consume_queue_thorough_interval,
-        )
+    settings = (
+        "flush_interval_consume_queue",
+        "flush_consume_queue_least_pages",
+        "flush_consume_queue_thorough_interval",
+    )
 
     def flush(self, least_pages: int) -> None:
         self._core.flush_consume_queues(least_pages)
 
 
-class CommitRealTimeService(ServiceThread):
+class CommitRealTimeService(_PagedService):
     """Transient store pool: copies what puts appended to the segments' write buffers into the
     files, making it readable (``CommitRealTimeService``). A round waits in Rust, without the
     GIL, until a put asks for it (``wake_commit_when_put_message``) or the interval passes,
@@ -267,35 +277,21 @@ class CommitRealTimeService(ServiceThread):
     own timer (RocketMQ's default ``flushCommitLogTimed``)."""
 
     name = "CommitRealTimeService"
+    settings = (
+        "commit_interval_commit_log",
+        "commit_commit_log_least_pages",
+        "commit_commit_log_thorough_interval",
+    )
 
     #: Pause after a failed round before trying again.
     retry_seconds = 1.0
 
     def __init__(self, core: Store, interval_ms: int, least_pages: int, thorough_ms: int) -> None:
-        super().__init__()
-        self._core = core
-        self.interval_ms = interval_ms
-        self.least_pages = least_pages
-        self.thorough = thorough_ms / 1000
-        self._last_thorough = time.monotonic()
-        self.rounds = 0
+        super().__init__(core, interval_ms, least_pages, thorough_ms)
         self.commits = 0
 
-    @classmethod
-    def for_config(cls, core: Store, cfg: StoreConfig) -> CommitRealTimeService:
-        return cls(
-            core,
-            cfg.commit_interval_commit_log,
-            cfg.commit_commit_log_least_pages,
-            cfg.commit_commit_log_thorough_interval,
-        )
-
     def run_once(self) -> bool:
-        least = self.least_pages
-        now = time.monotonic()
-        if now - self._last_thorough >= self.thorough:
-            self._last_thorough = now
-            least = 0
+        least = self._least_pages_now()
         try:
             committed, stopped = self._core.commit_step(least, self.interval_ms)
         except Exception:

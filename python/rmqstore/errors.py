@@ -15,6 +15,7 @@ __all__ = [
     "StoreCorruptedError",
     "StoreIOError",
     "StoreLockedError",
+    "StoreReadOnlyError",
     "UnknownSettingError",
 ]
 
@@ -64,3 +65,8 @@ class InvalidArgumentError(RmqStoreError, ValueError):
 
 class StoreClosedError(RmqStoreError, ValueError):
     """The store has been closed."""
+
+
+class StoreReadOnlyError(RmqStoreError, PermissionError):
+    """The store was opened with ``read_only=True`` and the call would change it (a put, a
+    flush, a truncation, a consumer offset commit)."""

@@ -26,7 +26,7 @@ from ._services import (
 )
 from .config import StoreConfig
 from .enums import FlushDiskType, StoreState
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, StoreReadOnlyError
 from .offsets import ConsumerOffsetManager
 
 if TYPE_CHECKING:
@@ -57,12 +57,25 @@ class MessageStore:
 
         with MessageStore("./store", mapped_file_size_commit_log=64 * 1024 * 1024) as store:
             store.put_message(Message("TopicA", b"hello", tags="TagA", keys=["order-1"]))
+
+    ``read_only=True`` opens an existing store for reading while another process (or nothing)
+    writes it: no lock is taken, no file is created or changed, no recovery runs and no service
+    starts. Reads see what the writer has dispatched, each consume queue unit at the tail
+    checked against its commitlog record, so a torn unit or record is never returned; queues
+    and segments the writer adds are found as reads reach them. Calls that would change the
+    store (puts, flushes, truncation, consumer offset commits) raise
+    :class:`~rmqstore.errors.StoreReadOnlyError`; ``query_message`` does too (the index files
+    are not opened yet). The segment sizes must be the writer's. If the writer cuts its log
+    (``truncate_files``, or recovery after a crash) while a read-only store is open, open the
+    read-only store again: it keeps what it had seen.
     """
 
     def __init__(
         self,
         store_path: str | os.PathLike[str],
         config: StoreConfig | None = None,
+        *,
+        read_only: bool = False,
         **overrides: Any,
     ) -> None:
         cfg = config if config is not None else StoreConfig()
@@ -71,7 +84,12 @@ class MessageStore:
         self._config = cfg
         self._path = Path(store_path)
         self._close_lock = threading.Lock()
-        self._core = _rmqstore.Store(os.fspath(self._path), cfg.to_dict())
+        self._core = _rmqstore.Store(os.fspath(self._path), cfg.to_dict(), read_only)
+        self._services: list[ServiceThread] = []
+        self._offsets: ConsumerOffsetManager | None = None
+        if read_only:
+            _OPEN_STORES.add(self)
+            return
         try:
             self._offsets = ConsumerOffsetManager(self._path / "config")
         except BaseException:
@@ -82,7 +100,7 @@ class MessageStore:
             flush = GroupCommitService(self._core)
         else:
             flush = FlushRealTimeService.for_config(self._core, cfg)
-        self._services: list[ServiceThread] = [
+        self._services = [
             AllocateMappedFileService(self._core),
             flush,
             ReputMessageService(self._core),
@@ -110,6 +128,11 @@ class MessageStore:
         return self._core.closed
 
     @property
+    def read_only(self) -> bool:
+        """Opened with ``read_only=True``."""
+        return self._core.read_only
+
+    @property
     def state(self) -> StoreState:
         """Where the store is in its lifecycle (RUNNING while open, SHUTDOWN_OK after close)."""
         return StoreState[self._core.state]
@@ -127,7 +150,8 @@ class MessageStore:
             try:
                 self._core.close()
             finally:
-                self._offsets.close()
+                if self._offsets is not None:
+                    self._offsets.close()
                 _OPEN_STORES.discard(self)
 
     def __enter__(self) -> MessageStore:
@@ -319,20 +343,30 @@ class MessageStore:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Records a consumer group's next offset for a queue, durably, in
         ``config/consumerOffset.json`` (RocketMQ's shape; written atomically with a ``.bak``)."""
-        self._offsets.commit_offset(group, topic, queue_id, offset)
+        self._offset_manager("commit_offset").commit_offset(group, topic, queue_id, offset)
 
     def commit_offsets(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
         """Several queues' offsets of one group and topic in one durable write."""
-        self._offsets.commit_offsets(group, topic, offsets)
+        self._offset_manager("commit_offsets").commit_offsets(group, topic, offsets)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset of a group for a queue, -1 when none."""
-        return self._offsets.query_offset(group, topic, queue_id)
+        return self._offset_manager("query_offset").query_offset(group, topic, queue_id)
+
+    def _offset_manager(self, what: str) -> ConsumerOffsetManager:
+        if self._offsets is None:
+            raise StoreReadOnlyError(
+                f"the store is open read-only: {what} needs a store opened for writing "
+                "(consumer offsets live in config/consumerOffset.json, which a read-only store "
+                "does not open)"
+            )
+        return self._offsets
 
     @property
     def consumer_offsets(self) -> ConsumerOffsetManager:
-        """The consumer offset table (``config/consumerOffset.json``)."""
-        return self._offsets
+        """The consumer offset table (``config/consumerOffset.json``); a read-only store raises
+        :class:`~rmqstore.errors.StoreReadOnlyError`."""
+        return self._offset_manager("consumer_offsets")
 
     # -- read by commitlog offset ----------------------------------------------------------
 

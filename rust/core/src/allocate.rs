@@ -39,6 +39,8 @@ struct State {
     pending: BTreeSet<i64>,
     in_progress: Option<i64>,
     ready: BTreeMap<i64, Ready>,
+    /// Segments a put is blocked on right now: made even while stopping, and handed over.
+    awaited: BTreeSet<i64>,
     service_attached: bool,
     stopped: bool,
     /// Bumped when pre-allocated segments are discarded; a segment made under an older
@@ -121,12 +123,16 @@ impl Allocator {
                 self.cv.notify_all();
             }
             let deadline = Instant::now() + ALLOCATE_WAIT;
-            loop {
+            st.awaited.insert(offset);
+            let r = loop {
                 if let Some(r) = st.ready.remove(&offset) {
                     break r.map_err(failed);
                 }
                 let now = Instant::now();
-                if now >= deadline || st.stopped || !st.service_attached {
+                // Stopping while the service makes this very segment: it is handed over when
+                // done, so wait for it rather than fail the put.
+                let handing_over = st.in_progress == Some(offset) && now < deadline;
+                if !handing_over && (now >= deadline || st.stopped || !st.service_attached) {
                     if st.in_progress == Some(offset) {
                         // The service is still working on it: give up on this put.
                         break Err(StoreError::io(
@@ -146,7 +152,9 @@ impl Allocator {
                     .wait_timeout(st, deadline - now)
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
-            }
+            };
+            st.awaited.remove(&offset);
+            r
         } else {
             drop(st);
             let r = self.create(offset);
@@ -251,7 +259,8 @@ impl Allocator {
             out.alloc_nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
             let mut st = self.lock();
             st.in_progress = None;
-            if st.stopped || st.generation != generation {
+            let awaited = st.awaited.contains(&offset);
+            if st.generation != generation || (st.stopped && !awaited) {
                 if let Ok(f) = &r {
                     let _ = f.destroy();
                 }

@@ -8,13 +8,14 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::allocate::Allocator;
+use crate::consume_queue::CqUnit;
 use crate::error::{Result, StoreError};
 use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::{
-    check_envelope, check_record, render_properties, sysflag, write_blank, DecodedRecord, HostAddr,
-    Message, MessageExt, MessageLimits, PreparedBody, PutMessageStatus, RecordCheck,
-    RecordEnvelope, RecordTemplate, END_FILE_MIN_BLANK_LENGTH,
+    check_envelope, check_record, render_properties, sysflag, tags_code, view_record, write_blank,
+    DecodedRecord, DispatchProps, HostAddr, Message, MessageExt, MessageLimits, PreparedBody,
+    PutMessageStatus, RecordCheck, RecordEnvelope, RecordTemplate, END_FILE_MIN_BLANK_LENGTH,
 };
 use crate::transient_pool::TransientStorePool;
 use crate::util::now_millis;
@@ -355,6 +356,7 @@ pub struct CommitLog {
     commit_lock: Mutex<()>,
     commits: Arc<CommitRequests>,
     wake_commit_on_put: bool,
+    read_only: bool,
 }
 
 impl CommitLog {
@@ -365,9 +367,19 @@ impl CommitLog {
         allocator: Arc<Allocator>,
         signal: Arc<DataSignal>,
         pool: Option<TransientStorePool>,
+        read_only: bool,
     ) -> Result<CommitLog> {
         let file_size = config.mapped_file_size_commit_log;
-        let queue = MappedFileQueue::load(dir, file_size)?;
+        let queue = if read_only {
+            MappedFileQueue::load_read_only(dir, file_size)?
+        } else {
+            MappedFileQueue::load(dir, file_size)?
+        };
+        if read_only {
+            for f in queue.files() {
+                f.set_read_only_position(file_size);
+            }
+        }
         Ok(CommitLog {
             queue,
             sync_flush: config.flush_disk_type == crate::config::FlushDiskType::SyncFlush,
@@ -390,6 +402,52 @@ impl CommitLog {
             commit_lock: Mutex::new(()),
             commits: Arc::new(CommitRequests::default()),
             wake_commit_on_put: config.wake_commit_when_put_message,
+            read_only,
+        })
+    }
+
+    /// Another process writes this commitlog (a read-only store).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Read-only commitlogs: picks up segments the writing process added (or deleted from the
+    /// front). Their bytes are read only where a consume queue unit points, and checked there.
+    pub fn refresh_read_only(&self) -> Result<()> {
+        if self.read_only && self.queue.reload_read_only()? {
+            for f in self.queue.files() {
+                f.set_read_only_position(f.file_size());
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the record a consume queue unit of `topic`/`queue_id` points at is that unit's
+    /// message, whole: same offset, size, queue, queue offset and tags code. Read-only stores
+    /// check the units another process is writing with it.
+    pub fn record_matches_unit(&self, topic: &str, queue_id: i32, u: &CqUnit) -> bool {
+        let file = match self.queue.find_by_offset(u.phy_offset) {
+            Some(f) => f,
+            None => {
+                if self.refresh_read_only().is_err() {
+                    return false;
+                }
+                match self.queue.find_by_offset(u.phy_offset) {
+                    Some(f) => f,
+                    None => return false,
+                }
+            }
+        };
+        let Some(data) = file.read(u.phy_offset - file.file_from_offset(), i64::from(u.size))
+        else {
+            return false;
+        };
+        view_record(data).is_some_and(|d| {
+            d.physical_offset == u.phy_offset
+                && d.queue_id == queue_id
+                && d.queue_offset == u.queue_offset
+                && d.topic == topic.as_bytes()
+                && tags_code(DispatchProps::scan(d.properties).tags) == u.tags_code
         })
     }
 

@@ -56,7 +56,15 @@ pub struct ConsumeQueue {
     max_physic_offset: AtomicI64,
     /// First valid logical byte (`minLogicOffset`).
     min_logic_offset: AtomicI64,
+    /// Read-only queues (another process dispatches): the logical end checked so far; -1 for
+    /// a queue this process writes.
+    read_only_end: AtomicI64,
 }
+
+/// Trailing units checked against their commitlog records by each read-only refresh: a unit
+/// another process is writing right now may be torn, and on weakly ordered CPUs more than the
+/// very last one could be.
+const READ_ONLY_VERIFY_UNITS: usize = 64;
 
 impl std::fmt::Debug for ConsumeQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -77,7 +85,149 @@ impl ConsumeQueue {
             queue: MappedFileQueue::load(dir, file_size)?,
             max_physic_offset: AtomicI64::new(-1),
             min_logic_offset: AtomicI64::new(0),
+            read_only_end: AtomicI64::new(-1),
         })
+    }
+
+    /// Opens a queue another process writes, for reading only (nothing is created or changed).
+    /// Nothing is readable until [`ConsumeQueue::refresh_read_only`].
+    pub fn load_read_only(
+        topic: &str,
+        queue_id: i32,
+        dir: &Path,
+        file_size: i64,
+    ) -> Result<ConsumeQueue> {
+        Ok(ConsumeQueue {
+            topic: topic.to_owned(),
+            queue_id,
+            queue: MappedFileQueue::load_read_only(dir, file_size)?,
+            max_physic_offset: AtomicI64::new(-1),
+            min_logic_offset: AtomicI64::new(0),
+            read_only_end: AtomicI64::new(0),
+        })
+    }
+
+    /// Read-only queues: extends the readable end over the units dispatched since the last
+    /// refresh. A unit counts once it is whole (`offset >= 0 && size > 0`) and, for the last
+    /// [`READ_ONLY_VERIFY_UNITS`] found, once `verify` confirms its commitlog record (a unit
+    /// being written may be torn). Looks for new segments once the known ones are read to
+    /// their end, and moves the minimum past records the commitlog no longer holds
+    /// (`min_commit_log_offset`).
+    pub fn refresh_read_only(
+        &self,
+        min_commit_log_offset: i64,
+        verify: impl Fn(&CqUnit) -> bool,
+    ) -> Result<()> {
+        let size = self.queue.file_size();
+        let mut end = self.read_only_end.load(Ordering::Acquire);
+        // New segments matter only once the known ones are read to their end.
+        if self
+            .queue
+            .last()
+            .is_none_or(|l| end >= l.file_from_offset() + size)
+        {
+            self.queue.reload_read_only()?;
+        }
+        let files = self.queue.files();
+        if let Some(first) = files.first() {
+            end = end.max(first.file_from_offset());
+        }
+        let start = end;
+        // Whole units from the current end on, across segments.
+        let mut found: Vec<(Arc<MappedFile>, i64)> = Vec::new();
+        for f in &files {
+            let from = f.file_from_offset();
+            if end >= from + size {
+                continue;
+            }
+            if end < from {
+                break; // a gap: nothing after it is reachable
+            }
+            let Some(data) = f.read_unchecked(0, size) else {
+                break;
+            };
+            let mut pos = (end - from) as usize;
+            while pos + 20 <= data.len() {
+                let u = CqUnit::decode(0, &data[pos..pos + 20]);
+                if u.phy_offset >= 0 && u.size > 0 {
+                    pos += 20;
+                } else {
+                    break;
+                }
+            }
+            end = from + pos as i64;
+            found.push((f.clone(), pos as i64));
+            if (pos as i64) < size {
+                break;
+            }
+        }
+        // Check the trailing units against their records; stop before the first that fails.
+        let first_checked = (end - READ_ONLY_VERIFY_UNITS as i64 * CQ_STORE_UNIT_SIZE).max(start);
+        let mut at = first_checked;
+        while at < end {
+            let Some((f, _)) = found
+                .iter()
+                .find(|(f, _)| at >= f.file_from_offset() && at < f.file_from_offset() + size)
+            else {
+                break;
+            };
+            let bytes = f
+                .read_unchecked(at - f.file_from_offset(), CQ_STORE_UNIT_SIZE)
+                .unwrap_or(&[0; 20]);
+            let u = CqUnit::decode(at / CQ_STORE_UNIT_SIZE, bytes);
+            if !u.is_pre_blank() && !verify(&u) {
+                end = at;
+                break;
+            }
+            at += CQ_STORE_UNIT_SIZE;
+        }
+        for (f, _) in &found {
+            f.set_read_only_position((end - f.file_from_offset()).clamp(0, size));
+        }
+        for f in &files {
+            if f.file_from_offset() + size <= start {
+                f.set_read_only_position(size);
+            }
+        }
+        if end > start || self.max_physic_offset() < 0 {
+            if let Some(last) = end
+                .checked_sub(CQ_STORE_UNIT_SIZE)
+                .filter(|l| *l >= 0)
+                .and_then(|l| self.unit_unchecked(&files, l))
+            {
+                if !last.is_pre_blank() {
+                    self.max_physic_offset
+                        .store(last.phy_offset + i64::from(last.size), Ordering::Release);
+                }
+            }
+        }
+        self.read_only_end.store(end, Ordering::Release);
+        self.set_min_past_pre_blanks();
+        self.correct_min_offset(min_commit_log_offset);
+        Ok(())
+    }
+
+    fn unit_unchecked(&self, files: &[Arc<MappedFile>], logic: i64) -> Option<CqUnit> {
+        let size = self.queue.file_size();
+        let f = files
+            .iter()
+            .find(|f| logic >= f.file_from_offset() && logic < f.file_from_offset() + size)?;
+        let b = f.read_unchecked(logic - f.file_from_offset(), CQ_STORE_UNIT_SIZE)?;
+        Some(CqUnit::decode(logic / CQ_STORE_UNIT_SIZE, b))
+    }
+
+    /// The minimum is the first unit of the first segment that is not a pre-blank.
+    fn set_min_past_pre_blanks(&self) {
+        let mut min = self.queue.min_offset().max(0);
+        if let Some(first) = self.queue.first() {
+            let data = first.read_from(0).unwrap_or(&[]);
+            let mut pos = 0;
+            while pos + 20 <= data.len() && CqUnit::decode(0, &data[pos..pos + 20]).is_pre_blank() {
+                pos += 20;
+            }
+            min = first.file_from_offset() + pos as i64;
+        }
+        self.min_logic_offset.store(min, Ordering::Release);
     }
 
     pub fn topic(&self) -> &str {
@@ -98,7 +248,10 @@ impl ConsumeQueue {
 
     /// `getMaxOffsetInQueue`: the next queue offset to be written.
     pub fn max_offset(&self) -> i64 {
-        self.queue.max_offset() / CQ_STORE_UNIT_SIZE
+        match self.read_only_end.load(Ordering::Acquire) {
+            -1 => self.queue.max_offset() / CQ_STORE_UNIT_SIZE,
+            end => end / CQ_STORE_UNIT_SIZE,
+        }
     }
 
     /// `getMinOffsetInQueue`.
@@ -337,16 +490,7 @@ impl ConsumeQueue {
         self.queue.set_flushed_where(end);
         self.max_physic_offset.store(max_phy, Ordering::Release);
         // The first unit that is not a pre-blank is the minimum.
-        let mut min = self.queue.min_offset().max(0);
-        if let Some(first) = self.queue.first() {
-            let data = first.read_from(0).unwrap_or(&[]);
-            let mut pos = 0;
-            while pos + 20 <= data.len() && CqUnit::decode(0, &data[pos..pos + 20]).is_pre_blank() {
-                pos += 20;
-            }
-            min = first.file_from_offset() + pos as i64;
-        }
-        self.min_logic_offset.store(min, Ordering::Release);
+        self.set_min_past_pre_blanks();
         Ok(())
     }
 

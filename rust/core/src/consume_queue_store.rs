@@ -12,6 +12,8 @@ pub struct ConsumeQueueStore {
     dir: PathBuf,
     file_size: i64,
     queues: RwLock<HashMap<String, BTreeMap<i32, Arc<ConsumeQueue>>>>,
+    /// Another process writes these queues (a read-only store).
+    read_only: bool,
 }
 
 impl std::fmt::Debug for ConsumeQueueStore {
@@ -29,48 +31,54 @@ fn parse_queue_id(name: &str) -> Option<i32> {
     name.parse::<i32>().ok()
 }
 
+/// The queue folders under `dir` as (topic, queue id, folder). Folder names must be legal
+/// topics and queue ids; anything else is an error naming it.
+fn list_queues(dir: &Path) -> Result<Vec<(String, i32, PathBuf)>> {
+    let mut found: Vec<(String, i32, PathBuf)> = Vec::new();
+    let topics = std::fs::read_dir(dir).map_err(|e| StoreError::io("cannot list", dir, e))?;
+    for t in topics {
+        let t = t.map_err(|e| StoreError::io("cannot list", dir, e))?;
+        let tpath = t.path();
+        let Some(topic) = t.file_name().to_str().map(str::to_owned) else {
+            return Err(StoreError::corrupted(
+                &tpath,
+                "topic folder name is not UTF-8",
+            ));
+        };
+        if !topic_is_legal(&topic) || !tpath.is_dir() {
+            return Err(StoreError::corrupted(
+                &tpath,
+                "unexpected entry in consumequeue/ (expected topic folders)",
+            ));
+        }
+        let queues =
+            std::fs::read_dir(&tpath).map_err(|e| StoreError::io("cannot list", &tpath, e))?;
+        for q in queues {
+            let q = q.map_err(|e| StoreError::io("cannot list", &tpath, e))?;
+            let qpath = q.path();
+            let qid = q.file_name().to_str().and_then(parse_queue_id);
+            match qid {
+                Some(qid) if qpath.is_dir() => found.push((topic.clone(), qid, qpath)),
+                _ => {
+                    return Err(StoreError::corrupted(
+                        &qpath,
+                        "unexpected entry in a topic folder (expected queue id folders)",
+                    ))
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
 impl ConsumeQueueStore {
     /// Loads every queue under `dir` (created if missing). Folder names must be legal topics and
     /// queue ids; anything else is an error naming it, found before anything changes.
     pub fn load(dir: &Path, units_per_file: i64) -> Result<ConsumeQueueStore> {
         let file_size = units_per_file * CQ_STORE_UNIT_SIZE;
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("cannot create", dir, e))?;
-        let mut found: Vec<(String, i32, PathBuf)> = Vec::new();
-        let topics = std::fs::read_dir(dir).map_err(|e| StoreError::io("cannot list", dir, e))?;
-        for t in topics {
-            let t = t.map_err(|e| StoreError::io("cannot list", dir, e))?;
-            let tpath = t.path();
-            let Some(topic) = t.file_name().to_str().map(str::to_owned) else {
-                return Err(StoreError::corrupted(
-                    &tpath,
-                    "topic folder name is not UTF-8",
-                ));
-            };
-            if !topic_is_legal(&topic) || !tpath.is_dir() {
-                return Err(StoreError::corrupted(
-                    &tpath,
-                    "unexpected entry in consumequeue/ (expected topic folders)",
-                ));
-            }
-            let queues =
-                std::fs::read_dir(&tpath).map_err(|e| StoreError::io("cannot list", &tpath, e))?;
-            for q in queues {
-                let q = q.map_err(|e| StoreError::io("cannot list", &tpath, e))?;
-                let qpath = q.path();
-                let qid = q.file_name().to_str().and_then(parse_queue_id);
-                match qid {
-                    Some(qid) if qpath.is_dir() => found.push((topic.clone(), qid, qpath)),
-                    _ => {
-                        return Err(StoreError::corrupted(
-                            &qpath,
-                            "unexpected entry in a topic folder (expected queue id folders)",
-                        ))
-                    }
-                }
-            }
-        }
         let mut queues: HashMap<String, BTreeMap<i32, Arc<ConsumeQueue>>> = HashMap::new();
-        for (topic, qid, qpath) in found {
+        for (topic, qid, qpath) in list_queues(dir)? {
             let cq = ConsumeQueue::load(&topic, qid, &qpath, file_size)?;
             queues.entry(topic).or_default().insert(qid, Arc::new(cq));
         }
@@ -78,7 +86,42 @@ impl ConsumeQueueStore {
             dir: dir.to_path_buf(),
             file_size,
             queues: RwLock::new(queues),
+            read_only: false,
         })
+    }
+
+    /// Opens the queues another process writes, for reading only: nothing is created or
+    /// changed, and queues that appear later are found by [`ConsumeQueueStore::discover`].
+    pub fn load_read_only(dir: &Path, units_per_file: i64) -> Result<ConsumeQueueStore> {
+        let store = ConsumeQueueStore {
+            dir: dir.to_path_buf(),
+            file_size: units_per_file * CQ_STORE_UNIT_SIZE,
+            queues: RwLock::new(HashMap::new()),
+            read_only: true,
+        };
+        store.discover()?;
+        Ok(store)
+    }
+
+    /// Read-only stores: adds the queues whose folders appeared since the last look.
+    pub fn discover(&self) -> Result<()> {
+        if !self.read_only || !self.dir.exists() {
+            return Ok(());
+        }
+        let found = list_queues(&self.dir)?;
+        let mut all = self.queues.write().unwrap_or_else(|p| p.into_inner());
+        for (topic, qid, qpath) in found {
+            if all.get(&topic).is_some_and(|q| q.contains_key(&qid)) {
+                continue;
+            }
+            let cq = ConsumeQueue::load_read_only(&topic, qid, &qpath, self.file_size)?;
+            all.entry(topic).or_default().insert(qid, Arc::new(cq));
+        }
+        Ok(())
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     pub fn dir(&self) -> &Path {

@@ -29,6 +29,8 @@ pub enum StoreError {
     InvalidArgument(String),
     /// The store has been closed.
     Closed,
+    /// The store was opened read-only and the call would change it.
+    ReadOnly(String),
     /// A failure inside the engine that is not the caller's or the files' (a worker thread
     /// died); the operation can be retried.
     Internal(String),
@@ -88,6 +90,10 @@ impl fmt::Display for StoreError {
             StoreError::InvalidArgument(msg) => f.write_str(msg),
             StoreError::Closed => f.write_str("the store is closed"),
             StoreError::Internal(msg) => write!(f, "internal error: {msg}"),
+            StoreError::ReadOnly(what) => write!(
+                f,
+                "the store is open read-only: {what} needs a store opened for writing"
+            ),
         }
     }
 }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
 use std::sync::Mutex;
 
-use memmap2::{Advice, MmapRaw};
+use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::error::{Result, StoreError};
 use crate::transient_pool::PoolBuffer;
@@ -104,6 +104,66 @@ impl MappedFile {
             ));
         }
         Self::map(path, file, file_from_offset, file_size, file_size)
+    }
+
+    /// Maps an existing segment for reading only (a read-only store: the file may be written
+    /// by another process). Nothing is readable until [`MappedFile::set_read_only_position`]
+    /// says how far the bytes can be trusted. `None` when the file is not of `file_size`
+    /// bytes yet (another process is creating it).
+    pub fn open_read_only(
+        path: &Path,
+        file_from_offset: i64,
+        file_size: i64,
+    ) -> Result<Option<MappedFile>> {
+        let file = File::open(path).map_err(|e| StoreError::io("cannot open segment", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| StoreError::io("cannot stat segment", path, e))?
+            .len();
+        if len != file_size as u64 {
+            return Ok(None);
+        }
+        let map = MmapOptions::new()
+            .map_raw_read_only(&file)
+            .map_err(|e| StoreError::io("cannot map", path, e))?;
+        Ok(Some(MappedFile {
+            path: path.to_path_buf(),
+            file_from_offset,
+            file_size,
+            file,
+            map,
+            wrote: AtomicI64::new(0),
+            committed: AtomicI64::new(0),
+            flushed: AtomicI64::new(0),
+            store_timestamp: AtomicI64::new(0),
+            locked: AtomicBool::new(false),
+            write_buffer: Mutex::new(None),
+            buffer_ptr: AtomicPtr::new(std::ptr::null_mut()),
+        }))
+    }
+
+    /// Read-only segments: how far their bytes have been checked and may be read.
+    pub fn set_read_only_position(&self, pos: i64) {
+        let pos = pos.clamp(0, self.file_size);
+        self.wrote.store(pos, Ordering::Release);
+        self.committed.store(pos, Ordering::Release);
+        self.flushed.store(pos, Ordering::Release);
+    }
+
+    /// Bytes `[pos, pos+len)` whatever the positions say: for read-only stores scanning what
+    /// another process may still be writing. Callers validate what they find.
+    pub fn read_unchecked(&self, pos: i64, len: i64) -> Option<&[u8]> {
+        if pos < 0 || len < 0 || pos + len > self.file_size {
+            return None;
+        }
+        // SAFETY: inside the mapping, which lives as long as `self`; the bytes may change under
+        // the reader (another process appends), which callers tolerate by validating them.
+        Some(unsafe {
+            std::slice::from_raw_parts(
+                self.map.as_ptr().add(size_to_usize(pos)),
+                size_to_usize(len),
+            )
+        })
     }
 
     fn map(

@@ -126,6 +126,77 @@ impl MappedFileQueue {
         })
     }
 
+    /// Loads the segments of `dir` for reading only (a read-only store), changing nothing: a
+    /// missing folder is an empty queue, and a last segment another process is still creating
+    /// (not yet of the configured size) is left out until [`MappedFileQueue::reload_read_only`]
+    /// finds it whole. Segments start with nothing readable (see
+    /// [`MappedFile::set_read_only_position`]).
+    pub fn load_read_only(dir: &Path, file_size: i64) -> Result<MappedFileQueue> {
+        let q = MappedFileQueue {
+            dir: dir.to_path_buf(),
+            file_size,
+            files: RwLock::new(Vec::new()),
+            flushed_where: AtomicI64::new(0),
+            committed_where: AtomicI64::new(0),
+            store_timestamp: AtomicI64::new(0),
+        };
+        q.reload_read_only()?;
+        Ok(q)
+    }
+
+    /// Read-only queues: picks up segments another process added after the last one known, and
+    /// forgets those it deleted from the front. Returns true when the list changed.
+    pub fn reload_read_only(&self) -> Result<bool> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(StoreError::io("cannot list", &self.dir, e)),
+        };
+        let mut on_disk = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| StoreError::io("cannot list", &self.dir, e))?;
+            if let Some(offset) = entry.file_name().to_str().and_then(file_name_to_offset) {
+                if offset % self.file_size == 0 {
+                    on_disk.push(offset);
+                }
+            }
+        }
+        on_disk.sort_unstable();
+        let mut files = self.write_files();
+        let mut changed = false;
+        // Deleted from the front (expired): forget them (readers holding one keep its mapping).
+        let first_on_disk = on_disk.first().copied().unwrap_or(i64::MAX);
+        let before = files.len();
+        files.retain(|f| f.file_from_offset() >= first_on_disk);
+        changed |= files.len() != before;
+        let mut next = files.last().map(|f| f.file_from_offset() + self.file_size);
+        for offset in on_disk {
+            if next.is_some_and(|n| offset < n) {
+                continue;
+            }
+            if next.is_some_and(|n| offset != n) {
+                // A gap: the files after it cannot be placed; stop at what is contiguous.
+                break;
+            }
+            match MappedFile::open_read_only(&self.path_for(offset), offset, self.file_size) {
+                Ok(Some(f)) => {
+                    files.push(Arc::new(f));
+                    next = Some(offset + self.file_size);
+                    changed = true;
+                }
+                // Still being created, or gone in the meantime: the next reload sees it.
+                Ok(None) => break,
+                Err(StoreError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    break
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(changed)
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -407,6 +478,70 @@ mod tests {
         let err = MappedFileQueue::load(&d, 1024).unwrap_err().to_string();
         assert!(err.contains("gap"), "{err}");
         assert!(d.join("00000000000000003072").exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn commit_moves_across_buffered_and_direct_segments() {
+        let d = tmp("commit");
+        let pool = crate::transient_pool::TransientStorePool::new(1, 1024).unwrap();
+        let q = MappedFileQueue::load(&d, 1024).unwrap();
+        q.set_committed_where(0);
+        // Segment 0 borrows the only buffer; segment 1 is written directly.
+        for off in [0, 1024] {
+            let f = Arc::new(MappedFile::create(&q.path_for(off), off, 1024).unwrap());
+            if let Some(b) = pool.borrow() {
+                f.attach_write_buffer(b).unwrap();
+            }
+            q.push(f.clone()).unwrap();
+            unsafe { f.append_with(1024, |b| b.fill(off as u8 / 4 + 1)) }.unwrap();
+        }
+        // Segment 1 reads at once, segment 0 only after its commit: the queue's end says 2048,
+        // which is why the commitlog bounds reads by the committed position with a pool.
+        assert_eq!(q.max_offset(), 2048);
+        assert!(q.files()[0].read(0, 1).is_none());
+        assert!(!q.commit(0).unwrap());
+        assert_eq!(q.committed_where(), 1024);
+        assert_eq!(
+            pool.available(),
+            1,
+            "a fully committed segment gives its buffer back"
+        );
+        assert!(!q.commit(0).unwrap());
+        assert_eq!(q.committed_where(), 2048);
+        assert!(q.commit(0).unwrap(), "nothing left to commit");
+        assert_eq!(
+            std::fs::read(d.join("00000000000000000000")).unwrap(),
+            [1u8; 1024]
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn read_only_reload_finds_new_whole_segments_only() {
+        let d = tmp("ro");
+        let q = MappedFileQueue::load(&d, 1024).unwrap();
+        fill(&q, 64, 16); // one full segment
+        let ro = MappedFileQueue::load_read_only(&d, 1024).unwrap();
+        assert_eq!(ro.files().len(), 1);
+        assert_eq!(
+            ro.files()[0].read_position(),
+            0,
+            "nothing trusted before a refresh"
+        );
+        assert!(!ro.reload_read_only().unwrap());
+        // A segment still being created (not yet its full size) is left for later.
+        std::fs::write(d.join("00000000000000001024"), b"").unwrap();
+        assert!(!ro.reload_read_only().unwrap());
+        std::fs::remove_file(d.join("00000000000000001024")).unwrap();
+        fill(&q, 64, 16);
+        assert!(ro.reload_read_only().unwrap());
+        assert_eq!(ro.files().len(), 2);
+        // Nothing was created by the read-only side.
+        assert!(MappedFileQueue::load_read_only(&d.join("missing"), 1024)
+            .unwrap()
+            .is_empty());
+        assert!(!d.join("missing").exists());
         let _ = std::fs::remove_dir_all(&d);
     }
 }

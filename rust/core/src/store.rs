@@ -32,9 +32,10 @@ struct Open {
     reput_offset: AtomicI64,
     /// Store timestamp of the last message dispatched to a consume queue.
     logics_dispatched: AtomicI64,
-    checkpoint: StoreCheckpoint,
-    abort: AbortFile,
-    _lock: StoreLock,
+    /// `None` for a read-only store (it writes nothing), as are the abort marker and lock.
+    checkpoint: Option<StoreCheckpoint>,
+    abort: Option<AbortFile>,
+    _lock: Option<StoreLock>,
 }
 
 impl Open {
@@ -60,10 +61,13 @@ impl Open {
     /// Forces the consume queues; a thorough round (`least_pages == 0`) also moves the
     /// checkpoint's logics timestamp to what was dispatched before it (`FlushConsumeQueueService`).
     fn flush_consume_queues(&self, least_pages: i64) -> Result<()> {
+        let Some(checkpoint) = &self.checkpoint else {
+            return Ok(());
+        };
         let logics = self.logics_dispatched.load(Ordering::Acquire);
         self.cqs.flush(least_pages)?;
         if least_pages == 0 && logics > 0 {
-            self.checkpoint
+            checkpoint
                 .logics_msg_timestamp
                 .store(logics, Ordering::Release);
         }
@@ -72,24 +76,29 @@ impl Open {
 
     /// Writes the checkpoint: the commitlog's and index's timestamps as of their last forces.
     fn flush_checkpoint(&self) -> Result<()> {
+        let Some(checkpoint) = &self.checkpoint else {
+            return Ok(());
+        };
         let physic = self.commitlog.queue().store_timestamp();
         if physic > 0 {
-            self.checkpoint
+            checkpoint
                 .physic_msg_timestamp
                 .store(physic, Ordering::Release);
         }
         if let Some(index) = &self.index {
             let ts = index.index_msg_timestamp();
             if ts > 0 {
-                self.checkpoint
-                    .index_msg_timestamp
-                    .store(ts, Ordering::Release);
+                checkpoint.index_msg_timestamp.store(ts, Ordering::Release);
             }
         }
-        self.checkpoint.flush()
+        checkpoint.flush()
     }
 
     fn behind(&self) -> i64 {
+        if self.commitlog.is_read_only() {
+            // What another process dispatched is all a read-only store sees.
+            return 0;
+        }
         (self.commitlog.confirm_offset() - self.reput_offset.load(Ordering::Acquire)).max(0)
     }
 }
@@ -106,6 +115,7 @@ pub struct MessageStore {
     /// waits for calls in flight and no call runs against a closed store.
     state: RwLock<Option<Open>>,
     recovery: RecoveryReport,
+    read_only: bool,
 }
 
 /// Total physical memory (`StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE`), 24 GiB if unknown.
@@ -172,8 +182,8 @@ impl MessageStore {
             allocator.clone(),
             signal.clone(),
             pool,
+            false,
         )?;
-        let commits = commitlog.commit_requests();
         machine.transit(StoreState::LoadCommitlogOk)?;
         if let Err(e) = commitlog.refresh_disk_full() {
             log::warn!(target: "rmqstore.disk", "cannot read disk usage: {e}");
@@ -257,9 +267,9 @@ impl MessageStore {
             reput_from: Mutex::new(dispatch_from),
             reput_offset: AtomicI64::new(dispatch_from),
             logics_dispatched: AtomicI64::new(0),
-            checkpoint,
-            abort,
-            _lock: lock,
+            checkpoint: Some(checkpoint),
+            abort: Some(abort),
+            _lock: Some(lock),
         };
         while open.behind() > 0 {
             let step = open.dispatch(OPEN_DISPATCH_CHUNK)?;
@@ -267,9 +277,13 @@ impl MessageStore {
                 break;
             }
         }
-        open._lock.mark_open()?;
+        if let Some(lock) = &open._lock {
+            lock.mark_open()?;
+        }
         // Present while open: a crash leaves it behind (`lastExitOK` at the next open).
-        open.abort.create()?;
+        if let Some(abort) = &open.abort {
+            abort.create()?;
+        }
         machine.transit(StoreState::Running)?;
         log::info!(
             target: "rmqstore.store",
@@ -280,17 +294,145 @@ impl MessageStore {
             open.commitlog.max_offset(),
             open.cqs.all().len()
         );
-        Ok(MessageStore {
+        Ok(MessageStore::assemble(
+            root, machine, config, allocator, signal, open, recovery, false,
+        ))
+    }
+
+    /// The handle around an opened store.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        root: &Path,
+        machine: Arc<StateMachine>,
+        config: StoreConfig,
+        allocator: Arc<Allocator>,
+        signal: Arc<DataSignal>,
+        open: Open,
+        recovery: RecoveryReport,
+        read_only: bool,
+    ) -> MessageStore {
+        MessageStore {
             root: root.to_path_buf(),
             machine,
             config,
             allocator,
             signal,
-            commits,
+            commits: open.commitlog.commit_requests(),
             stopping: AtomicBool::new(false),
             state: RwLock::new(Some(open)),
             recovery,
-        })
+            read_only,
+        }
+    }
+
+    /// Opens an existing store for reading only, while another process may be writing it:
+    /// no lock is taken, no file is created, changed or removed, and no recovery runs. What is
+    /// readable is what the writer has dispatched into the consume queues, each unit checked
+    /// against its commitlog record where another process may be writing it (so a torn unit or
+    /// record is never returned). New queues and segments are picked up as reads reach them.
+    /// Key lookups (`query_message`) are not available: the index files are not opened.
+    pub fn open_read_only(root: &Path, config: StoreConfig) -> Result<MessageStore> {
+        config.validate()?;
+        let commitlog_dir = config
+            .store_path_commit_log
+            .clone()
+            .unwrap_or_else(|| root.join("commitlog"));
+        if !commitlog_dir.is_dir() {
+            return Err(StoreError::InvalidArgument(format!(
+                "{} is not a message store: it has no {} folder (open it for writing to create                  a store)",
+                root.display(),
+                commitlog_dir.display()
+            )));
+        }
+        let machine = Arc::new(StateMachine::default());
+        machine.transit(StoreState::LoadBegin)?;
+        let allocator = Arc::new(Allocator::new(
+            commitlog_dir.clone(),
+            AllocateConfig {
+                file_size: config.mapped_file_size_commit_log,
+                warm: false,
+                warm_sync: false,
+                warm_flush_pages: config.flush_least_pages_when_warm_mapped_file,
+                munlock_delay: crate::allocate::MUNLOCK_DELAY,
+            },
+            None,
+        ));
+        let signal = Arc::new(DataSignal::default());
+        let commitlog = CommitLog::load(
+            &commitlog_dir,
+            &config,
+            allocator.clone(),
+            signal.clone(),
+            None,
+            true,
+        )?;
+        let cqs = ConsumeQueueStore::load_read_only(
+            &root.join("consumequeue"),
+            config.consume_queue_units_per_file(),
+        )?;
+        let open = Open {
+            commitlog,
+            cqs,
+            index: None,
+            reput_from: Mutex::new(0),
+            reput_offset: AtomicI64::new(0),
+            logics_dispatched: AtomicI64::new(0),
+            checkpoint: None,
+            abort: None,
+            _lock: None,
+        };
+        machine.transit(StoreState::Running)?;
+        Ok(MessageStore::assemble(
+            root,
+            machine,
+            config,
+            allocator,
+            signal,
+            open,
+            RecoveryReport::default(),
+            true,
+        ))
+    }
+
+    /// Opened with [`MessageStore::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Refuses calls that would change a read-only store.
+    fn writable(&self, what: &str) -> Result<()> {
+        if self.read_only {
+            Err(StoreError::ReadOnly(what.to_owned()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The queue `topic`/`queue_id` ready to read: on a read-only store, found even if it
+    /// appeared since the last look, and refreshed up to what the writer has dispatched.
+    fn readable_queue(
+        &self,
+        o: &Open,
+        topic: &str,
+        queue_id: i32,
+    ) -> Result<Option<Arc<ConsumeQueue>>> {
+        if !self.read_only {
+            return Ok(o.cqs.find(topic, queue_id));
+        }
+        let cq = match o.cqs.find(topic, queue_id) {
+            Some(cq) => cq,
+            None => {
+                o.cqs.discover()?;
+                match o.cqs.find(topic, queue_id) {
+                    Some(cq) => cq,
+                    None => return Ok(None),
+                }
+            }
+        };
+        cq.refresh_read_only(o.commitlog.min_offset().max(0), |u| {
+            o.commitlog.record_matches_unit(topic, queue_id, u)
+        })?;
+        Ok(Some(cq))
     }
 
     fn with_open<T>(&self, f: impl FnOnce(&Open) -> T) -> Result<T> {
@@ -327,10 +469,12 @@ impl MessageStore {
     }
 
     pub fn put_message(&self, msg: &Message) -> Result<AppendResult> {
+        self.writable("put_message")?;
         self.with_open(|o| o.commitlog.put_message(msg))
     }
 
     pub fn put_messages(&self, batch: &Batch<'_>) -> Result<AppendResult> {
+        self.writable("put_messages")?;
         self.with_open(|o| o.commitlog.put_messages(batch))
     }
 
@@ -369,6 +513,7 @@ impl MessageStore {
     /// Forces everything written to disk now (commitlog, consume queues, index files);
     /// returns the flushed commitlog offset.
     pub fn flush(&self) -> Result<i64> {
+        self.writable("flush")?;
         self.with_open(|o| {
             let flushed = o.commitlog.flush_all()?;
             o.flush_consume_queues(0)?;
@@ -391,6 +536,7 @@ impl MessageStore {
     /// false (and changes nothing) when `offset` is at or past the end. Calls in flight finish
     /// first; others wait until the cut is done.
     pub fn truncate_files(&self, offset: i64) -> Result<bool> {
+        self.writable("truncate_files")?;
         let guard = self.state.write().unwrap_or_else(|p| p.into_inner());
         let Some(o) = guard.as_ref() else {
             return Err(StoreError::Closed);
@@ -471,6 +617,7 @@ impl MessageStore {
         least_pages: i64,
         timeout: Duration,
     ) -> Result<crate::commitlog::CommitStep> {
+        self.writable("the commit service")?;
         // Waits without holding the store open, so a truncation or close need not wait for it.
         let stopped = self.commits.wait(timeout);
         let committed = if stopped {
@@ -500,6 +647,7 @@ impl MessageStore {
 
     /// From now on a service thread calls [`MessageStore::group_commit_step`] (SYNC_FLUSH).
     pub fn attach_group_commit(&self) -> Result<()> {
+        self.writable("group commit")?;
         self.with_open(|o| o.commitlog.attach_group_commit())
     }
 
@@ -508,23 +656,27 @@ impl MessageStore {
         &self,
         timeout: Duration,
     ) -> Result<crate::commitlog::GroupCommitStep> {
+        self.writable("group commit")?;
         self.with_open(|o| o.commitlog.group_commit_step(timeout))
     }
 
     /// One round of the periodic commitlog flush (`FlushRealTimeService`); returns the flushed
     /// offset.
     pub fn flush_commitlog(&self, least_pages: i64) -> Result<i64> {
+        self.writable("flush_commitlog")?;
         self.with_open(|o| o.commitlog.flush_pages(least_pages))?
     }
 
     /// One round of `FlushConsumeQueueService`: forces consume queues with at least
     /// `least_pages` pages waiting (0: anything).
     pub fn flush_consume_queues(&self, least_pages: i64) -> Result<()> {
+        self.writable("flush_consume_queues")?;
         self.with_open(|o| o.flush_consume_queues(least_pages))?
     }
 
     /// Writes and forces the `checkpoint` file (every second, and at close).
     pub fn flush_checkpoint(&self) -> Result<()> {
+        self.writable("flush_checkpoint")?;
         self.with_open(|o| o.flush_checkpoint())?
     }
 
@@ -545,6 +697,7 @@ impl MessageStore {
     /// One round of the dispatch service: dispatches up to `max_bytes` of confirmed records, or
     /// when there is nothing to do, parks up to `timeout` for new ones first.
     pub fn dispatch_step(&self, max_bytes: i64, timeout: Duration) -> Result<ReputStep> {
+        self.writable("dispatch")?;
         self.with_open(|o| {
             if o.behind() == 0 && !self.stopping.load(Ordering::SeqCst) {
                 self.signal.wait(timeout, || {
@@ -580,15 +733,15 @@ impl MessageStore {
         filter: &TagFilter,
     ) -> Result<GetMessageResult> {
         self.with_open(|o| {
-            crate::read::get_message(
+            Ok(crate::read::get_message(
                 &o.commitlog,
-                o.cqs.find(topic, queue_id).as_deref(),
+                self.readable_queue(o, topic, queue_id)?.as_deref(),
                 offset,
                 max_msg_nums,
                 filter,
                 &crate::read::PullLimits::from_config(&self.config, total_physical_memory()),
-            )
-        })
+            ))
+        })?
     }
 
     fn with_queue<T>(
@@ -598,10 +751,12 @@ impl MessageStore {
         absent: T,
         f: impl FnOnce(&Open, &ConsumeQueue) -> T,
     ) -> Result<T> {
-        self.with_open(|o| match o.cqs.find(topic, queue_id) {
-            Some(cq) => f(o, &cq),
-            None => absent,
-        })
+        self.with_open(|o| {
+            Ok(match self.readable_queue(o, topic, queue_id)? {
+                Some(cq) => f(o, &cq),
+                None => absent,
+            })
+        })?
     }
 
     /// `getMaxOffsetInQueue`: the next queue offset to be dispatched (0 for an unknown queue).
@@ -684,25 +839,33 @@ impl MessageStore {
         max_msgs: usize,
         include_properties: bool,
     ) -> Result<crate::read::BatchColumns> {
-        self.with_open(|o| match o.cqs.find(topic, queue_id) {
-            Some(cq) => {
-                crate::read::read_batch(&o.commitlog, &cq, offset, max_msgs, include_properties)
-            }
-            None => crate::read::BatchColumns {
-                next_offset: offset.max(0),
-                ..crate::read::BatchColumns::empty()
-            },
-        })
+        self.with_open(|o| {
+            Ok(match self.readable_queue(o, topic, queue_id)? {
+                Some(cq) => {
+                    crate::read::read_batch(&o.commitlog, &cq, offset, max_msgs, include_properties)
+                }
+                None => crate::read::BatchColumns {
+                    next_offset: offset.max(0),
+                    ..crate::read::BatchColumns::empty()
+                },
+            })
+        })?
     }
 
     /// Topics that have a consume queue.
     pub fn topics(&self) -> Result<Vec<String>> {
-        self.with_open(|o| o.cqs.topics())
+        self.with_open(|o| {
+            o.cqs.discover()?;
+            Ok(o.cqs.topics())
+        })?
     }
 
     /// Queue ids of a topic, ascending.
     pub fn queue_ids(&self, topic: &str) -> Result<Vec<i32>> {
-        self.with_open(|o| o.cqs.queue_ids(topic))
+        self.with_open(|o| {
+            o.cqs.discover()?;
+            Ok(o.cqs.queue_ids(topic))
+        })?
     }
 
     /// `queryMessage`: messages whose KEYS entry or UNIQ_KEY equals `key` exactly, stored within
@@ -715,6 +878,12 @@ impl MessageStore {
         begin: i64,
         end: i64,
     ) -> Result<Vec<MessageExt>> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly(
+                "query_message (key lookups read the index files, which a read-only store does                  not open yet)"
+                    .to_owned(),
+            ));
+        }
         self.with_open(|o| {
             let Some(index) = o.index.as_ref() else {
                 return Ok(Vec::new());
@@ -770,6 +939,12 @@ impl MessageStore {
             return Ok(());
         };
         let _ = self.machine.transit(StoreState::ShutdownBegin);
+        if self.read_only {
+            // Nothing was written: let go of the mappings.
+            drop(open);
+            let _ = self.machine.transit(StoreState::ShutdownOk);
+            return Ok(());
+        }
         self.stopping.store(true, Ordering::SeqCst);
         self.signal.wake();
         self.commits.stop();
@@ -799,7 +974,10 @@ impl MessageStore {
             && index_flushed.is_ok()
             && checkpointed.is_ok()
             && open.behind() == 0;
-        let abort_removed = if clean { open.abort.remove() } else { Ok(()) };
+        let abort_removed = match &open.abort {
+            Some(abort) if clean => abort.remove(),
+            _ => Ok(()),
+        };
         for f in open.commitlog.queue().files() {
             f.munlock();
         }

@@ -149,12 +149,25 @@ impl Store {
 
 #[pymethods]
 impl Store {
-    /// Opens (creating if needed) the store folder: lock, load, recover.
+    /// Opens (creating if needed) the store folder: lock, load, recover; or, with
+    /// `read_only`, an existing store without lock, changes or recovery.
     #[new]
-    fn new(py: Python<'_>, path: PathBuf, config: &Bound<'_, PyDict>) -> PyResult<Self> {
+    #[pyo3(signature = (path, config, read_only=false))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        config: &Bound<'_, PyDict>,
+        read_only: bool,
+    ) -> PyResult<Self> {
         let cfg = config_from_dict(config)?;
         let store = py
-            .detach(|| MessageStore::open(&path, cfg))
+            .detach(|| {
+                if read_only {
+                    MessageStore::open_read_only(&path, cfg)
+                } else {
+                    MessageStore::open(&path, cfg)
+                }
+            })
             .into_py_result()?;
         Ok(Store {
             inner: Arc::new(store),
@@ -262,6 +275,11 @@ impl Store {
 
     fn transient_store_pool_buffers(&self, py: Python<'_>) -> PyResult<Option<(usize, usize)>> {
         self.run(py, |s| s.transient_store_pool_buffers())
+    }
+
+    #[getter]
+    fn read_only(&self) -> bool {
+        self.inner.is_read_only()
     }
 
     fn get_committed_where(&self, py: Python<'_>) -> PyResult<i64> {
