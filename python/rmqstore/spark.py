@@ -8,7 +8,9 @@ Register it once per session, then use the format name::
     df = spark.read.format("rmqstore").option("topics", "TopicA").load("/data/store")
     df.write.format("rmqstore").mode("append").save("/data/store")
 
-Rows have the columns topic, queue_id, queue_offset, commit_log_offset, store_timestamp,
+Reads open the store read-only (one :class:`MessageStore` per worker process, shared by its
+tasks), so they see every dispatched message and run beside a process writing the store; a
+folder without a store is an error, never created. Rows have the columns topic, queue_id, queue_offset, commit_log_offset, store_timestamp,
 born_timestamp, tags, keys, properties (only with ``includeProperties=true``) and body.
 
 Read options (names as Spark's Kafka source where they mean the same; case does not matter):
@@ -65,11 +67,9 @@ import os
 import re
 import shutil
 import sys
-import time
 import uuid
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql.datasource import (
@@ -109,7 +109,7 @@ from pyspark.sql.types import (
 )
 
 from .config import StoreConfig
-from .errors import InvalidArgumentError, RmqStoreError, StoreLockedError, UnknownSettingError
+from .errors import InvalidArgumentError, RmqStoreError, StoreLockedError
 from .store import MessageStore
 
 if TYPE_CHECKING:
@@ -133,8 +133,6 @@ BATCH_ROWS = 64 * 1024
 DEFAULT_QUEUES = 8
 #: Folder, inside the store folder, where write tasks stage their rows.
 STAGING_DIR = "spark-staging"
-#: How long the fallback (locking) open waits for another reader to close the store.
-_LOCK_WAIT_SECONDS = 120.0
 
 _OFFSETS_EXAMPLE = '{"TopicA":{"0":23,"1":-1},"TopicB":{"0":-2}}'
 _EARLIEST = -2
@@ -441,45 +439,16 @@ def _parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> _ReadOpti
 _READ_STORES: dict[tuple[str, tuple[tuple[str, Any], ...]], MessageStore] = {}
 
 
-def _open_for_read(path: str, settings: Mapping[str, Any]) -> tuple[MessageStore, bool]:
-    """Opens ``path`` for reading: ``(store, cached)``. A cached store is shared by this
-    process's tasks and must not be closed; otherwise the caller closes it."""
+def _open_for_read(path: str, settings: Mapping[str, Any]) -> MessageStore:
+    """The store at ``path`` opened read-only (no lock, no file changed, only dispatched
+    messages seen, a writer may be at work), shared by this process's tasks: do not close it."""
     _check_is_store(path)
     key = (os.path.abspath(path), tuple(sorted(settings.items())))
     store = _READ_STORES.get(key)
-    if store is not None and not store.closed:
-        return store, True
-    try:
+    if store is None or store.closed:
         store = MessageStore(path, read_only=True, **settings)
-    except UnknownSettingError:
-        pass
-    else:
         _READ_STORES[key] = store
-        return store, True
-    # until read_only lands: a normal open takes the store's lock, so it is never cached (a
-    # cached one would lock writers out) and waits while another task holds the lock.
-    deadline = time.monotonic() + _LOCK_WAIT_SECONDS
-    while True:
-        try:
-            return MessageStore(path, **settings), False
-        except StoreLockedError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.05)
-
-
-@contextmanager
-def _reading(path: str, settings: Mapping[str, Any]) -> Iterator[MessageStore]:
-    store, cached = _open_for_read(path, settings)
-    try:
-        yield store
-    finally:
-        if not cached:
-            store.close()
-
-
-def _is_cached(store: MessageStore) -> bool:
-    return any(s is store for s in _READ_STORES.values())
+    return store
 
 
 # -- planning --------------------------------------------------------------------------------
@@ -610,15 +579,8 @@ def _read_range(
     import pyarrow as pa
 
     tag_set = pa.array(sorted(tags), pa.string()) if tags is not None else None
-    # until read_only lands: the fallback open holds the store's lock, so read the range in
-    # full and close before yielding; a read-only open streams batch by batch.
-    with _reading(opts.path, opts.settings) as store:
-        batches = _range_batches(store, opts, target, part, tag_set)
-        if _is_cached(store):
-            yield from batches
-            return
-        held = list(batches)
-    yield from held
+    store = _open_for_read(opts.path, opts.settings)
+    yield from _range_batches(store, opts, target, part, tag_set)
 
 
 def _range_batches(
@@ -705,44 +667,40 @@ class RmqStoreReader(DataSourceReader):
 
     def partitions(self) -> list[QueueRange]:
         opts, p = self.opts, self.pushed
-        with _reading(opts.path, opts.settings) as store:
-            queues = _selected_queues(store, opts)
-            _check_json_topics("startingOffsets", opts.starting, queues)
-            _check_json_topics("endingOffsets", opts.ending, queues)
-            ranges = []
-            for topic, qid in queues:
-                if p.topics is not None and topic not in p.topics:
-                    continue
-                if p.queue_ids is not None and qid not in p.queue_ids:
-                    continue
-                low = store.get_min_offset_in_queue(topic, qid)
-                high = store.get_max_offset_in_queue(topic, qid)
-                if opts.starting_timestamp is not None:
-                    start = store.get_offset_in_queue_by_time(topic, qid, opts.starting_timestamp)
-                else:
-                    start = _resolve(
-                        opts.starting, topic, qid, low=low, high=high, default="earliest"
-                    )
-                if opts.ending_timestamp is not None:
-                    end = store.get_offset_in_queue_by_time(topic, qid, opts.ending_timestamp)
-                else:
-                    end = _resolve(opts.ending, topic, qid, low=low, high=high, default="latest")
-                if start > high:
-                    raise _bad_option(
-                        f"startingOffsets {start} of {topic}/{qid} is past its end {high}"
-                    )
-                if end > high:
-                    raise _bad_option(
-                        f"endingOffsets {end} of {topic}/{qid} is past its end {high}"
-                    )
-                if start < low:
-                    start = _data_loss(opts, topic, qid, start, low)
-                if p.ts_from is not None:
-                    start = max(start, store.get_offset_in_queue_by_time(topic, qid, p.ts_from))
-                if p.ts_until is not None:
-                    end = min(end, store.get_offset_in_queue_by_time(topic, qid, p.ts_until))
-                if end > start:
-                    ranges.append(QueueRange(topic, qid, start, end))
+        store = _open_for_read(opts.path, opts.settings)
+        queues = _selected_queues(store, opts)
+        _check_json_topics("startingOffsets", opts.starting, queues)
+        _check_json_topics("endingOffsets", opts.ending, queues)
+        ranges = []
+        for topic, qid in queues:
+            if p.topics is not None and topic not in p.topics:
+                continue
+            if p.queue_ids is not None and qid not in p.queue_ids:
+                continue
+            low = store.get_min_offset_in_queue(topic, qid)
+            high = store.get_max_offset_in_queue(topic, qid)
+            if opts.starting_timestamp is not None:
+                start = store.get_offset_in_queue_by_time(topic, qid, opts.starting_timestamp)
+            else:
+                start = _resolve(opts.starting, topic, qid, low=low, high=high, default="earliest")
+            if opts.ending_timestamp is not None:
+                end = store.get_offset_in_queue_by_time(topic, qid, opts.ending_timestamp)
+            else:
+                end = _resolve(opts.ending, topic, qid, low=low, high=high, default="latest")
+            if start > high:
+                raise _bad_option(
+                    f"startingOffsets {start} of {topic}/{qid} is past its end {high}"
+                )
+            if end > high:
+                raise _bad_option(f"endingOffsets {end} of {topic}/{qid} is past its end {high}")
+            if start < low:
+                start = _data_loss(opts, topic, qid, start, low)
+            if p.ts_from is not None:
+                start = max(start, store.get_offset_in_queue_by_time(topic, qid, p.ts_from))
+            if p.ts_until is not None:
+                end = min(end, store.get_offset_in_queue_by_time(topic, qid, p.ts_until))
+            if end > start:
+                ranges.append(QueueRange(topic, qid, start, end))
         return _split(ranges, opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -837,28 +795,26 @@ class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _bounds(self) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
         """(first readable, next to write) offsets of every selected queue."""
-        with _reading(self.opts.path, self.opts.settings) as store:
-            queues = _selected_queues(store, self.opts)
-            low = {q: store.get_min_offset_in_queue(*q) for q in queues}
-            high = {q: store.get_max_offset_in_queue(*q) for q in queues}
+        store = _open_for_read(self.opts.path, self.opts.settings)
+        queues = _selected_queues(store, self.opts)
+        low = {q: store.get_min_offset_in_queue(*q) for q in queues}
+        high = {q: store.get_max_offset_in_queue(*q) for q in queues}
         return low, high
 
     def initialOffset(self) -> QueueOffsets:  # noqa: N802 - Spark's name
         opts = self.opts
-        with _reading(opts.path, opts.settings) as store:
-            queues = _selected_queues(store, opts)
-            _check_json_topics("startingOffsets", opts.starting, queues)
-            out = {}
-            for topic, qid in queues:
-                low = store.get_min_offset_in_queue(topic, qid)
-                high = store.get_max_offset_in_queue(topic, qid)
-                if opts.starting_timestamp is not None:
-                    offset = store.get_offset_in_queue_by_time(topic, qid, opts.starting_timestamp)
-                else:
-                    offset = _resolve(
-                        opts.starting, topic, qid, low=low, high=high, default="latest"
-                    )
-                out[(topic, qid)] = min(offset, high)
+        store = _open_for_read(opts.path, opts.settings)
+        queues = _selected_queues(store, opts)
+        _check_json_topics("startingOffsets", opts.starting, queues)
+        out = {}
+        for topic, qid in queues:
+            low = store.get_min_offset_in_queue(topic, qid)
+            high = store.get_max_offset_in_queue(topic, qid)
+            if opts.starting_timestamp is not None:
+                offset = store.get_offset_in_queue_by_time(topic, qid, opts.starting_timestamp)
+            else:
+                offset = _resolve(opts.starting, topic, qid, low=low, high=high, default="latest")
+            out[(topic, qid)] = min(offset, high)
         return _to_json(out)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name

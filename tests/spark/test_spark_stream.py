@@ -137,3 +137,91 @@ def test_fail_on_data_loss(spark: Any, tmp_path: Path) -> None:
         _run(spark, path, checkpoint, **options)
     batches = _run(spark, path, checkpoint, failOnDataLoss="false", **options)
     assert sorted(r[2] for b in batches for r in b) == list(range(50, 120))
+
+
+WRITER = """
+import sys, time
+import rmqstore
+from rmqwire import SMALL_STORE
+
+with rmqstore.MessageStore(sys.argv[1], **SMALL_STORE) as store:
+    print("open", flush=True)
+    sys.stdin.readline()  # "go"
+    for round_ in range(10):
+        for i in range(20):
+            store.put_message(rmqstore.Message("C", f"live-{round_}-{i}".encode(), queue_id=i % 2))
+        store.wait_dispatched()
+        time.sleep(0.3)
+    print("written", flush=True)
+    sys.stdin.read()  # hold the store (and its lock) until the test says so
+"""
+
+
+def test_stream_reads_while_another_process_writes(spark: Any, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    path = tmp_path / "store"
+    put(path, _messages("C", 0, 20, "before"))
+    tests_dir = Path(__file__).resolve().parent.parent
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**__import__("os").environ, "PYTHONPATH": str(tests_dir)},
+    )
+    lock = threading.Lock()
+    batches: list[list[Row]] = []
+
+    def collect(df: Any, _batch_id: int) -> None:
+        rows = spark_rows(df)
+        with lock:
+            batches.append(rows)
+
+    query = None
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "open"
+        query = (
+            spark.readStream.format("rmqstore")
+            .options(**store_options(path, startingOffsets="earliest", consumerGroup="spark-group"))
+            .load()
+            .writeStream.trigger(processingTime="200 milliseconds")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .foreachBatch(collect)
+            .start()
+        )
+
+        def wait_for(rows: int) -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                with lock:
+                    if sum(len(b) for b in batches) >= rows:
+                        return
+                assert query.exception() is None
+                time.sleep(0.1)
+
+        wait_for(20)  # the messages from before, read while the writer holds the store
+        assert writer.stdin is not None
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().strip() == "written"
+        wait_for(220)
+        assert query.exception() is None
+        count = spark.read.format("rmqstore").options(**store_options(path)).load().count()
+        assert count == 220
+    finally:
+        if query is not None:
+            query.stop()
+        writer.communicate("", timeout=60)
+    assert writer.returncode == 0
+    rows = sorted(r for b in batches for r in b)
+    assert rows == stored_rows(path)  # every message once, none lost or repeated
+    # Picked up as it was written (10 rounds over 3 s, a trigger every 200 ms): the rows came
+    # in several batches after the first.
+    assert len([b for b in batches[1:] if b]) >= 3
+    # Every consumer group commit met the writer's lock: skipped, the query went on.
+    assert _group_offsets(path, "C", 2) == [-1, -1]
