@@ -10,8 +10,9 @@ Register it once per session, then use the format name::
 
 Reads open the store read-only (one :class:`MessageStore` per worker process, shared by its
 tasks), so they see every dispatched message and run beside a process writing the store; a
-folder without a store is an error, never created. Rows have the columns topic, queue_id, queue_offset, commit_log_offset, store_timestamp,
-born_timestamp, tags, keys, properties (only with ``includeProperties=true``) and body.
+folder without a store is an error, never created. Rows have the columns topic, queue_id,
+queue_offset, commit_log_offset, store_timestamp, born_timestamp, tags, keys, properties (only
+with ``includeProperties=true``) and body.
 
 Read options (names as Spark's Kafka source where they mean the same; case does not matter):
 

@@ -225,3 +225,14 @@ def test_stream_reads_while_another_process_writes(spark: Any, tmp_path: Path) -
     assert len([b for b in batches[1:] if b]) >= 3
     # Every consumer group commit met the writer's lock: skipped, the query went on.
     assert _group_offsets(path, "C", 2) == [-1, -1]
+
+
+def test_rate_limit_gives_small_queues_one_and_caps_at_the_end() -> None:
+    from rmqstore.spark import _rate_limit
+
+    start = {("T", 0): 0, ("T", 1): 5, ("T", 2): 7}
+    until = {("T", 0): 100, ("T", 1): 6, ("T", 2): 7}
+    # 10 over backlogs 100, 1, 0: floor(9.9) = 9, ceil(0.099) = 1 (not starved), 0 stays.
+    assert _rate_limit(start, until, 10) == {("T", 0): 9, ("T", 1): 6, ("T", 2): 7}
+    # A limit above the backlog stops at each queue's end.
+    assert _rate_limit(start, until, 1000) == until
