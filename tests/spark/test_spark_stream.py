@@ -227,6 +227,69 @@ def test_stream_reads_while_another_process_writes(spark: Any, tmp_path: Path) -
     assert _group_offsets(path, "C", 2) == [-1, -1]
 
 
+PAUSING_WRITER = """
+import sys
+import rmqstore
+from rmqwire import SMALL_STORE
+
+with rmqstore.MessageStore(sys.argv[1], **SMALL_STORE) as store:
+    store.put_messages("F", 0, [f"f-{i}".encode() for i in range(300)])
+    store.wait_dispatched()
+    print("300", flush=True)
+    sys.stdin.readline()  # "go"
+    store.put_messages("F", 0, [f"f-{i}".encode() for i in range(300, 800)])
+    store.wait_dispatched()
+    print("800", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_available_now_stops_at_what_was_there_when_it_started(spark: Any, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "store"
+    put(path, _messages("F", 0, 1, "seed"))
+    writer = subprocess.Popen(
+        [sys.executable, "-c", PAUSING_WRITER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
+    batches: list[list[Row]] = []
+    try:
+        assert writer.stdin is not None
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "300"
+
+        def collect(df: Any, _batch_id: int) -> None:
+            batches.append(spark_rows(df))
+            if len(batches) == 1:  # the query has started: 500 more arrive now
+                writer.stdin.write("go\n")
+                writer.stdin.flush()
+                assert writer.stdout.readline().strip() == "800"
+
+        query = (
+            spark.readStream.format("rmqstore")
+            .options(**store_options(path, startingOffsets="earliest", maxOffsetsPerTrigger="100"))
+            .load()
+            .writeStream.trigger(availableNow=True)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .foreachBatch(collect)
+            .start()
+        )
+        assert query.awaitTermination(180)
+    finally:
+        writer.communicate("", timeout=60)
+    assert writer.returncode == 0
+    # The target was fixed at the start (301 messages): the 500 that came during the run wait
+    # for the next one.
+    assert [len(b) for b in batches] == [100, 100, 100, 1]
+    assert sorted(r[2] for b in batches for r in b) == list(range(301))
+
+
 def test_rate_limit_gives_small_queues_one_and_caps_at_the_end() -> None:
     from rmqstore.spark import _rate_limit
 
