@@ -1,0 +1,1122 @@
+"""The PySpark Python Data Source ``rmqstore``: batch and streaming reads of a store, and appends.
+
+Register it once per session, then use the format name::
+
+    from rmqstore.spark import RmqStoreDataSource
+
+    spark.dataSource.register(RmqStoreDataSource)
+    df = spark.read.format("rmqstore").option("topics", "TopicA").load("/data/store")
+    df.write.format("rmqstore").mode("append").save("/data/store")
+
+Reads open the store read-only (one :class:`MessageStore` per worker process, shared by its
+tasks), so they see every dispatched message and run beside a process writing the store; a
+folder without a store is an error, never created. Rows have the columns topic, queue_id,
+queue_offset, commit_log_offset, store_timestamp, born_timestamp, tags, keys, properties (only
+with ``includeProperties=true``) and body.
+
+Read options (names as Spark's Kafka source where they mean the same; case does not matter):
+
+``topics`` (comma list) | ``topicPattern`` (regex, full match) | ``assign`` (``{"TopicA":[0,1]}``)
+    At most one; none selects every topic. A named topic or queue the store does not have is an
+    error.
+``startingOffsets`` / ``endingOffsets``
+    ``"earliest"``, ``"latest"`` or JSON ``{"TopicA":{"0":23,"1":-2}}`` (-2 = earliest,
+    -1 = latest); queues the JSON leaves out use the default. Offsets are consume queue offsets,
+    an ending offset is exclusive (the next offset to read). Defaults: earliest / latest for
+    batch reads, latest for streams; ``endingOffsets`` is for batch reads only.
+``startingTimestamp`` / ``endingTimestamp``
+    Milliseconds since the epoch: the first offset stored at or after it (so the end excludes
+    messages stored at the ending timestamp). They win over the offsets options, as in Kafka.
+``failOnDataLoss`` (default true)
+    Fail when an offset to read is below a queue's first readable offset (its segments were
+    removed); ``false`` logs a warning and reads from the first readable offset.
+``minPartitions``
+    Split queues into offset ranges so that a batch read has at least about this many tasks.
+``includeProperties`` (default false)
+    Add the ``properties`` column.
+``maxOffsetsPerTrigger`` (streams)
+    Messages per micro-batch, split over the queues in proportion to their backlog as Kafka
+    does; ``Trigger.AvailableNow`` honours it too.
+``consumerGroup`` (streams)
+    Record the end offsets of each micro-batch Spark commits to the source as this consumer
+    group's offsets in the store (``commit_offsets``). Spark commits a batch when it plans the
+    next one, so the last batch of a run is recorded when the query runs again. That needs the
+    store's write lock: while a writer holds it the commit is skipped with a warning (a later
+    commit records later offsets) and the query goes on.
+``store.<setting>``
+    A :class:`rmqstore.StoreConfig` setting the store was written with, e.g.
+    ``store.mapped_file_size_commit_log``; segment sizes must be the writer's.
+
+Batch reads push filters on topic and queue_id (partition pruning), tags (applied while reading)
+and store_timestamp ranges (narrowing the offsets to read; Spark still checks these rows) when
+``spark.sql.python.filterPushdown.enabled`` is true; with that setting false, the source reads
+without pushdown.
+
+Writes (:class:`RmqStoreWriter`) take the columns topic, body and optionally queue_id, tags,
+keys and properties; only the ``append`` mode is accepted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import sys
+import uuid
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from .config import StoreConfig
+from .errors import InvalidArgumentError, RmqStoreError, StoreLockedError
+from .store import MessageStore
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "QueueRange",
+    "RmqStoreDataSource",
+    "RmqStorePushdownReader",
+    "RmqStoreReader",
+    "RmqStoreStreamReader",
+    "RmqStoreWriter",
+    "StagedFile",
+]
+
+log = logging.getLogger("rmqstore.spark")
+
+#: Rows per Arrow batch a read task yields.
+BATCH_ROWS = 64 * 1024
+#: Queues a written row without ``queue_id`` is spread over.
+DEFAULT_QUEUES = 8
+#: Folder, inside the store folder, where write tasks stage their rows.
+STAGING_DIR = "spark-staging"
+
+_OFFSETS_EXAMPLE = '{"TopicA":{"0":23,"1":-1},"TopicB":{"0":-2}}'
+_EARLIEST = -2
+_LATEST = -1
+
+_SELECTION_OPTIONS = ("topics", "topicpattern", "assign")
+_BATCH_OPTIONS = {"endingoffsets", "endingtimestamp", "minpartitions"}
+_STREAM_OPTIONS = {"maxoffsetspertrigger", "consumergroup"}
+_COMMON_READ_OPTIONS = {
+    "path",
+    *_SELECTION_OPTIONS,
+    "startingoffsets",
+    "startingtimestamp",
+    "failondataloss",
+    "includeproperties",
+}
+_STORE_PREFIX = "store."
+
+# Spellings as documented, for messages (options arrive lower-cased).
+_SPELLING = {
+    "topicpattern": "topicPattern",
+    "startingoffsets": "startingOffsets",
+    "endingoffsets": "endingOffsets",
+    "startingtimestamp": "startingTimestamp",
+    "endingtimestamp": "endingTimestamp",
+    "failondataloss": "failOnDataLoss",
+    "minpartitions": "minPartitions",
+    "includeproperties": "includeProperties",
+    "maxoffsetspertrigger": "maxOffsetsPerTrigger",
+    "consumergroup": "consumerGroup",
+}
+
+QueueOffsets = dict[str, dict[str, int]]
+
+
+def _spell(name: str) -> str:
+    return _SPELLING.get(name, name)
+
+
+def _bad_option(message: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"rmqstore data source: {message}")
+
+
+# -- schema ----------------------------------------------------------------------------------
+
+
+def source_schema(include_properties: bool = False) -> StructType:
+    """The rows' Spark schema (``properties`` only with ``includeProperties``)."""
+    fields = [
+        StructField("topic", StringType(), False),
+        StructField("queue_id", IntegerType(), False),
+        StructField("queue_offset", LongType(), False),
+        StructField("commit_log_offset", LongType(), False),
+        StructField("store_timestamp", TimestampType(), False),
+        StructField("born_timestamp", TimestampType(), False),
+        StructField("tags", StringType(), True),
+        StructField("keys", ArrayType(StringType(), False), False),
+    ]
+    if include_properties:
+        fields.append(StructField("properties", MapType(StringType(), StringType()), False))
+    fields.append(StructField("body", BinaryType(), False))
+    return StructType(fields)
+
+
+# -- options ---------------------------------------------------------------------------------
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = options.get(name)
+    if text is None:
+        return default
+    value = text.strip().lower()
+    if value not in {"true", "false"}:
+        raise _bad_option(f"{_spell(name)} must be 'true' or 'false', got {text!r}")
+    return value == "true"
+
+
+def _parse_int(options: Mapping[str, str], name: str, minimum: int) -> int | None:
+    text = options.get(name)
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise _bad_option(f"{_spell(name)} must be an integer, got {text!r}") from None
+    if value < minimum:
+        raise _bad_option(f"{_spell(name)} must be >= {minimum}, got {value}")
+    return value
+
+
+def _store_settings(options: Mapping[str, str]) -> dict[str, Any]:
+    """``store.<setting>`` options as typed :class:`StoreConfig` overrides."""
+    defaults = StoreConfig()
+    fields = {f.name for f in dataclasses.fields(StoreConfig)}
+    settings: dict[str, Any] = {}
+    for key, text in options.items():
+        if not key.startswith(_STORE_PREFIX):
+            continue
+        name = key[len(_STORE_PREFIX) :]
+        if name not in fields:
+            raise _bad_option(
+                f"option {key!r}: {name!r} is not a StoreConfig setting "
+                f"(known: {', '.join(sorted(fields))})"
+            )
+        default = getattr(defaults, name)
+        value: Any
+        try:
+            if isinstance(default, bool):
+                if text.strip().lower() not in {"true", "false"}:
+                    raise ValueError(text)
+                value = text.strip().lower() == "true"
+            elif isinstance(default, int):
+                value = int(text)
+            else:
+                value = text
+        except ValueError:
+            raise _bad_option(
+                f"option {key!r} must be a {type(default).__name__}, got {text!r}"
+            ) from None
+        settings[name] = value
+    defaults.replace(**settings)  # checks the values: StoreConfigError names a bad one
+    return settings
+
+
+OffsetSpec = str | dict[str, dict[int, int]]
+
+
+def _parse_offsets(name: str, text: str | None, default: str, *, ending: bool) -> OffsetSpec:
+    """``earliest`` / ``latest`` / ``{"T":{"0":23}}`` (-2 earliest, -1 latest)."""
+    if text is None:
+        return default
+    word = text.strip().lower()
+    allowed = ("latest",) if ending else ("earliest", "latest")
+    if word in allowed:
+        return word
+    if not text.strip().startswith("{"):
+        raise _bad_option(
+            f"{_spell(name)} must be {' or '.join(repr(a) for a in allowed)} or JSON like "
+            f"{_OFFSETS_EXAMPLE}, got {text!r}"
+        )
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _bad_option(
+            f"{_spell(name)} is not valid JSON ({exc}); expected e.g. {_OFFSETS_EXAMPLE}"
+        ) from None
+    result: dict[str, dict[int, int]] = {}
+    if not isinstance(raw, dict):
+        raise _bad_option(f"{_spell(name)} must be a JSON object like {_OFFSETS_EXAMPLE}")
+    for topic, queues in raw.items():
+        if not isinstance(queues, dict):
+            raise _bad_option(
+                f"{_spell(name)}: topic {topic!r} must map queue ids to offsets, "
+                f"e.g. {_OFFSETS_EXAMPLE}"
+            )
+        per_queue: dict[int, int] = {}
+        for qid, offset in queues.items():
+            try:
+                queue_id = int(qid)
+            except ValueError:
+                raise _bad_option(
+                    f"{_spell(name)}: queue id {qid!r} of topic {topic!r} is not an integer"
+                ) from None
+            lowest = _LATEST if ending else _EARLIEST
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < lowest:
+                hint = "-1 (latest) or an offset >= 0" if ending else "-2, -1 or an offset >= 0"
+                raise _bad_option(
+                    f"{_spell(name)}: offset {offset!r} of {topic}/{qid} must be {hint}"
+                )
+            per_queue[queue_id] = offset
+        result[topic] = per_queue
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReadOptions:
+    """Parsed read options; plain data, so readers pickle."""
+
+    path: str
+    settings: dict[str, Any]
+    topics: tuple[str, ...] | None
+    topic_pattern: str | None
+    assign: dict[str, tuple[int, ...]] | None
+    starting: OffsetSpec
+    ending: OffsetSpec
+    starting_timestamp: int | None
+    ending_timestamp: int | None
+    fail_on_data_loss: bool
+    min_partitions: int | None
+    include_properties: bool
+    max_offsets_per_trigger: int | None
+    consumer_group: str | None
+
+
+def _check_known(options: Mapping[str, str], known: set[str], what: str) -> None:
+    for key in options:
+        if key in known or key.startswith(_STORE_PREFIX):
+            continue
+        if key in _BATCH_OPTIONS | _STREAM_OPTIONS | _COMMON_READ_OPTIONS:
+            raise _bad_option(f"option {_spell(key)!r} does not apply to {what}")
+        raise _bad_option(
+            f"unknown option {key!r} for {what}; known: "
+            f"{', '.join(sorted(_spell(k) for k in known))} and store.<StoreConfig setting>"
+        )
+
+
+def _store_path(options: Mapping[str, str]) -> str:
+    path = options.get("path")
+    if not path:
+        raise _bad_option("no store path: pass it to load()/save() or as option 'path'")
+    return path
+
+
+def _check_is_store(path: str) -> None:
+    """Reads never create a store: the folder must hold one (a ``commitlog`` folder)."""
+    if not os.path.isdir(os.path.join(path, "commitlog")):
+        raise _bad_option(
+            f"{path!r} is not an rmqstore store (no 'commitlog' folder in it); "
+            "give the folder a MessageStore or RocketMQ broker wrote"
+        )
+
+
+def _parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> _ReadOptions:
+    options = _lower(raw)
+    what = "streaming reads" if streaming else "batch reads"
+    known = _COMMON_READ_OPTIONS | (_STREAM_OPTIONS if streaming else _BATCH_OPTIONS)
+    _check_known(options, known, what)
+    path = _store_path(options)
+    given = [_spell(k) for k in _SELECTION_OPTIONS if k in options]
+    if len(given) > 1:
+        raise _bad_option(f"give at most one of topics, topicPattern, assign; got {given}")
+    topics: tuple[str, ...] | None = None
+    if "topics" in options:
+        topics = tuple(t.strip() for t in options["topics"].split(",") if t.strip())
+        if not topics:
+            raise _bad_option("topics is empty: give a comma-separated list of topic names")
+    pattern = options.get("topicpattern")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise _bad_option(f"topicPattern {pattern!r} is not a valid regex: {exc}") from None
+    assign: dict[str, tuple[int, ...]] | None = None
+    if "assign" in options:
+        bad = _bad_option(f'assign must be JSON like {{"TopicA":[0,1]}}, got {options["assign"]!r}')
+        try:
+            raw_assign = json.loads(options["assign"])
+        except json.JSONDecodeError:
+            raise bad from None
+        if not isinstance(raw_assign, dict) or not raw_assign:
+            raise bad
+        assign = {}
+        for topic, qids in raw_assign.items():
+            if not isinstance(qids, list) or not all(
+                isinstance(q, int) and not isinstance(q, bool) and q >= 0 for q in qids
+            ):
+                raise bad
+            assign[topic] = tuple(sorted(set(qids)))
+    starting = _parse_offsets(
+        "startingoffsets",
+        options.get("startingoffsets"),
+        "latest" if streaming else "earliest",
+        ending=False,
+    )
+    ending = _parse_offsets("endingoffsets", options.get("endingoffsets"), "latest", ending=True)
+    if not streaming and starting == "latest":
+        # Kafka refuses it for batch reads too: it would always read nothing.
+        raise _bad_option("startingOffsets='latest' reads nothing in a batch query")
+    start_ts = _parse_int(options, "startingtimestamp", 0)
+    end_ts = _parse_int(options, "endingtimestamp", 0)
+    if start_ts is not None and end_ts is not None and start_ts > end_ts:
+        raise _bad_option(f"startingTimestamp {start_ts} is after endingTimestamp {end_ts}")
+    min_partitions = _parse_int(options, "minpartitions", 1)
+    max_per_trigger = _parse_int(options, "maxoffsetspertrigger", 1)
+    group = options.get("consumergroup")
+    if group is not None and not group.strip():
+        raise _bad_option("consumerGroup is empty")
+    return _ReadOptions(
+        path=path,
+        settings=_store_settings(options),
+        topics=topics,
+        topic_pattern=pattern,
+        assign=assign,
+        starting=starting,
+        ending=ending,
+        starting_timestamp=start_ts,
+        ending_timestamp=end_ts,
+        fail_on_data_loss=_parse_bool(options, "failondataloss", True),
+        min_partitions=min_partitions,
+        include_properties=_parse_bool(options, "includeproperties", False),
+        max_offsets_per_trigger=max_per_trigger,
+        consumer_group=group,
+    )
+
+
+# -- opening the store -----------------------------------------------------------------------
+
+# Read-only stores opened in this process (a Python worker is reused across tasks), by path and
+# settings.
+_READ_STORES: dict[tuple[str, tuple[tuple[str, Any], ...]], MessageStore] = {}
+
+
+def _open_for_read(path: str, settings: Mapping[str, Any]) -> MessageStore:
+    """The store at ``path`` opened read-only (no lock, no file changed, only dispatched
+    messages seen, a writer may be at work), shared by this process's tasks: do not close it."""
+    _check_is_store(path)
+    key = (os.path.abspath(path), tuple(sorted(settings.items())))
+    store = _READ_STORES.get(key)
+    if store is None or store.closed:
+        store = MessageStore(path, read_only=True, **settings)
+        _READ_STORES[key] = store
+    return store
+
+
+# -- planning --------------------------------------------------------------------------------
+
+
+def _selected_queues(store: MessageStore, opts: _ReadOptions) -> list[tuple[str, int]]:
+    """(topic, queue id) pairs the selection options name, sorted."""
+    present = sorted(store.topics())
+    if opts.assign is not None:
+        pairs: list[tuple[str, int]] = []
+        for topic, qids in sorted(opts.assign.items()):
+            if topic not in present:
+                raise _bad_option(f"assign names topic {topic!r}, which the store does not have")
+            have = set(store.queue_ids(topic))
+            missing = [q for q in qids if q not in have]
+            if missing:
+                raise _bad_option(
+                    f"assign names queues {missing} of topic {topic!r}; it has {sorted(have)}"
+                )
+            pairs.extend((topic, q) for q in qids)
+        return pairs
+    if opts.topics is not None:
+        unknown = [t for t in opts.topics if t not in present]
+        if unknown:
+            raise _bad_option(
+                f"topics names {unknown}, which the store does not have (it has {present})"
+            )
+        topics = sorted(set(opts.topics))
+    elif opts.topic_pattern is not None:
+        rx = re.compile(opts.topic_pattern)
+        topics = [t for t in present if rx.fullmatch(t)]
+    else:
+        topics = present
+    return [(t, q) for t in topics for q in store.queue_ids(t)]
+
+
+def _check_json_topics(name: str, spec: OffsetSpec, queues: Iterable[tuple[str, int]]) -> None:
+    if isinstance(spec, str):
+        return
+    selected = set(queues)
+    for topic, per_queue in spec.items():
+        for qid in per_queue:
+            if (topic, qid) not in selected:
+                raise _bad_option(
+                    f"{name} names {topic}/{qid}, which is not a selected queue of the store"
+                )
+
+
+def _resolve(spec: OffsetSpec, topic: str, qid: int, *, low: int, high: int, default: str) -> int:
+    """The offset ``spec`` gives a queue whose readable offsets are [low, high)."""
+    if isinstance(spec, str):
+        word = spec
+    else:
+        given = spec.get(topic, {}).get(qid)
+        if given is None:
+            word = default
+        elif given == _EARLIEST:
+            word = "earliest"
+        elif given == _LATEST:
+            word = "latest"
+        else:
+            return given
+    return low if word == "earliest" else high
+
+
+def _data_loss(opts: _ReadOptions, topic: str, qid: int, offset: int, low: int) -> int:
+    """``offset`` is below the queue's first readable ``low``: fail or skip to ``low``."""
+    text = (
+        f"{topic}/{qid}: offset {offset} is below the queue's first readable offset {low} "
+        "(its segments were removed)"
+    )
+    if opts.fail_on_data_loss:
+        raise RmqStoreError(
+            f"rmqstore data source: data loss, {text}; "
+            "set failOnDataLoss=false to read from the first readable offset"
+        )
+    log.warning("%s; reading from %d (failOnDataLoss=false)", text, low)
+    return low
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueRange(InputPartition):
+    """One read task: offsets ``[start, end)`` of one queue."""
+
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+
+
+def _split(ranges: list[QueueRange], min_partitions: int | None) -> list[QueueRange]:
+    """Splits ranges, each in proportion to its size, so that there are at least
+    ``min_partitions`` of them (as far as there are offsets), as Kafka's
+    ``KafkaOffsetRangeCalculator`` does (it rounds where this rounds up)."""
+    if min_partitions is None or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.end - r.start for r in ranges)
+    if total == 0:
+        return ranges
+    out = []
+    for r in ranges:
+        size = r.end - r.start
+        parts = min(size, math.ceil(size * min_partitions / total))
+        for i in range(parts):
+            lo = r.start + size * i // parts
+            hi = r.start + size * (i + 1) // parts
+            if hi > lo:
+                out.append(QueueRange(r.topic, r.queue_id, lo, hi))
+    return out
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def _read_range(
+    opts: _ReadOptions,
+    target: pa.Schema,
+    part: QueueRange,
+    tags: tuple[str, ...] | None,
+) -> Iterator[pa.RecordBatch]:
+    """Yields the rows of ``part`` as batches of the Spark schema ``target``."""
+    import pyarrow as pa
+
+    tag_set = pa.array(sorted(tags), pa.string()) if tags is not None else None
+    store = _open_for_read(opts.path, opts.settings)
+    yield from _range_batches(store, opts, target, part, tag_set)
+
+
+def _range_batches(
+    store: MessageStore,
+    opts: _ReadOptions,
+    target: pa.Schema,
+    part: QueueRange,
+    tag_set: pa.Array | None,
+) -> Iterator[pa.RecordBatch]:
+    import pyarrow.compute as pc
+
+    offset = part.start
+    while offset < part.end:
+        low = store.get_min_offset_in_queue(part.topic, part.queue_id)
+        if offset < low:
+            offset = _data_loss(opts, part.topic, part.queue_id, offset, low)
+            continue
+        batch = store.read_batch(
+            part.topic,
+            part.queue_id,
+            offset,
+            min(BATCH_ROWS, part.end - offset),
+            include_properties=opts.include_properties,
+        )
+        if batch.num_rows == 0:
+            high = store.get_max_offset_in_queue(part.topic, part.queue_id)
+            raise RmqStoreError(
+                f"rmqstore data source: {part.topic}/{part.queue_id} has no message at offset "
+                f"{offset} (readable offsets [{low}, {high})), planned up to {part.end}"
+            )
+        offset = batch.column("queue_offset")[-1].as_py() + 1
+        if tag_set is not None:
+            batch = batch.filter(pc.is_in(batch.column("tags"), value_set=tag_set))
+            if batch.num_rows == 0:
+                continue
+        yield batch.select(target.names).cast(target)
+
+
+@dataclasses.dataclass
+class _Pushed:
+    """What pushed filters allow: None = anything."""
+
+    topics: set[str] | None = None
+    queue_ids: set[int] | None = None
+    tags: set[str] | None = None
+    ts_from: int | None = None  # ms, inclusive
+    ts_until: int | None = None  # ms, exclusive
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _micros(value: object) -> int | None:
+    if isinstance(value, datetime.datetime) and value.tzinfo is not None:
+        return (value - _EPOCH) // datetime.timedelta(microseconds=1)
+    return None
+
+
+def _values(f: Filter, kind: type) -> set[Any] | None:
+    """The values an EqualTo / In filter allows, if all are of ``kind``."""
+    if isinstance(f, EqualTo):
+        vals = [f.value]
+    elif isinstance(f, In):
+        vals = [v for v in f.value if v is not None]
+    else:
+        return None
+    if all(isinstance(v, kind) and not isinstance(v, bool) for v in vals):
+        return set(vals)
+    return None
+
+
+class RmqStoreReader(DataSourceReader):
+    """Batch reader: one partition per queue offset range; see the module docstring.
+
+    ``pushed`` holds what pushed filters allow (:class:`RmqStorePushdownReader` fills it)."""
+
+    def __init__(self, opts: _ReadOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.target = _arrow_schema(schema)
+        unknown = set(self.target.names) - set(source_schema(True).fieldNames())
+        if unknown:
+            raise _bad_option(f"columns {sorted(unknown)} are not columns of the source")
+        self.pushed = _Pushed()
+
+    def partitions(self) -> list[QueueRange]:
+        opts, p = self.opts, self.pushed
+        store = _open_for_read(opts.path, opts.settings)
+        queues = _selected_queues(store, opts)
+        _check_json_topics("startingOffsets", opts.starting, queues)
+        _check_json_topics("endingOffsets", opts.ending, queues)
+        ranges = []
+        for topic, qid in queues:
+            if p.topics is not None and topic not in p.topics:
+                continue
+            if p.queue_ids is not None and qid not in p.queue_ids:
+                continue
+            low = store.get_min_offset_in_queue(topic, qid)
+            high = store.get_max_offset_in_queue(topic, qid)
+            if opts.starting_timestamp is not None:
+                start = store.get_offset_in_queue_by_time(topic, qid, opts.starting_timestamp)
+            else:
+                start = _resolve(opts.starting, topic, qid, low=low, high=high, default="earliest")
+            if opts.ending_timestamp is not None:
+                end = store.get_offset_in_queue_by_time(topic, qid, opts.ending_timestamp)
+            else:
+                end = _resolve(opts.ending, topic, qid, low=low, high=high, default="latest")
+            if start > high:
+                raise _bad_option(
+                    f"startingOffsets {start} of {topic}/{qid} is past its end {high}"
+                )
+            if end > high:
+                raise _bad_option(f"endingOffsets {end} of {topic}/{qid} is past its end {high}")
+            if start < low:
+                start = _data_loss(opts, topic, qid, start, low)
+            if p.ts_from is not None:
+                start = max(start, store.get_offset_in_queue_by_time(topic, qid, p.ts_from))
+            if p.ts_until is not None:
+                end = min(end, store.get_offset_in_queue_by_time(topic, qid, p.ts_until))
+            if end > start:
+                ranges.append(QueueRange(topic, qid, start, end))
+        return _split(ranges, opts.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, QueueRange):  # Spark's placeholder when nothing to read
+            return
+        tags = tuple(sorted(self.pushed.tags)) if self.pushed.tags is not None else None
+        yield from _read_range(self.opts, self.target, partition, tags)
+
+
+class RmqStorePushdownReader(RmqStoreReader):
+    """The batch reader with ``pushFilters``, used when Spark plans with filter pushdown
+    (Spark refuses a reader that has it while ``spark.sql.python.filterPushdown.enabled`` is
+    false)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's name
+        """Takes topic / queue_id equality and IN (pruning, exact) and tags equality and IN
+        (applied while reading, exact); store_timestamp ranges only narrow the offsets, so
+        those are returned for Spark to check too, with everything else."""
+        p = self.pushed
+        for f in filters:
+            column = getattr(f, "attribute", None)
+            if column == ("topic",) and (vals := _values(f, str)) is not None:
+                p.topics = vals if p.topics is None else p.topics & vals
+                continue
+            if column == ("queue_id",) and (vals := _values(f, int)) is not None:
+                p.queue_ids = vals if p.queue_ids is None else p.queue_ids & vals
+                continue
+            if column == ("tags",) and (vals := _values(f, str)) is not None:
+                p.tags = vals if p.tags is None else p.tags & vals
+                continue
+            if column == ("store_timestamp",):
+                us = _micros(getattr(f, "value", None))
+                if us is not None:
+                    # Bounds in ms that keep every row the filter keeps (Spark re-checks).
+                    if isinstance(f, GreaterThan | GreaterThanOrEqual | EqualTo):
+                        lo = us // 1000
+                        p.ts_from = lo if p.ts_from is None else max(p.ts_from, lo)
+                    if isinstance(f, LessThan | LessThanOrEqual | EqualTo):
+                        hi = us // 1000 + 1
+                        p.ts_until = hi if p.ts_until is None else min(p.ts_until, hi)
+            yield f
+
+
+# -- streaming -------------------------------------------------------------------------------
+
+
+def _rate_limit(
+    start: Mapping[tuple[str, int], int], until: Mapping[tuple[str, int], int], limit: int
+) -> dict[tuple[str, int], int]:
+    """Kafka's ``rateLimit``: ``limit`` offsets split over the queues in proportion to their
+    backlog (``until - start``), at least one per queue with a backlog, never past ``until``."""
+    sizes = {q: end - start[q] for q, end in until.items() if end - start[q] > 0}
+    total = sum(sizes.values())
+    if total < 1:
+        return dict(until)
+    out = {}
+    for q, end in until.items():
+        if q not in sizes:
+            out[q] = max(end, start[q])
+            continue
+        prorate = limit * (sizes[q] / total)
+        step = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        out[q] = min(end, start[q] + step)
+    return out
+
+
+def _to_json(offsets: Mapping[tuple[str, int], int]) -> QueueOffsets:
+    """Offsets as Spark stores them: sorted topics, sorted queue ids as strings."""
+    out: QueueOffsets = {}
+    for topic, qid in sorted(offsets):
+        out.setdefault(topic, {})[str(qid)] = offsets[(topic, qid)]
+    return out
+
+
+def _from_json(offsets: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, int], int]:
+    return {(t, int(q)): int(o) for t, per in offsets.items() for q, o in per.items()}
+
+
+class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader. Offsets are ``{"Topic": {"queueId": next offset}}``.
+
+    ``commit(end)`` records ``end`` as the ``consumerGroup``'s offsets when that option is set;
+    it opens the store for writing, so while another process holds the store's lock (a writer)
+    the commit is skipped with a warning instead of failing the query.
+    """
+
+    def __init__(self, opts: _ReadOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.target = _arrow_schema(schema)
+        self._frozen: dict[tuple[str, int], int] | None = None
+        self._latest: dict[tuple[str, int], int] | None = None
+
+    def _bounds(self) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+        """(first readable, next to write) offsets of every selected queue."""
+        store = _open_for_read(self.opts.path, self.opts.settings)
+        queues = _selected_queues(store, self.opts)
+        low = {q: store.get_min_offset_in_queue(*q) for q in queues}
+        high = {q: store.get_max_offset_in_queue(*q) for q in queues}
+        return low, high
+
+    def initialOffset(self) -> QueueOffsets:  # noqa: N802 - Spark's name
+        opts = self.opts
+        store = _open_for_read(opts.path, opts.settings)
+        queues = _selected_queues(store, opts)
+        _check_json_topics("startingOffsets", opts.starting, queues)
+        out = {}
+        for topic, qid in queues:
+            low = store.get_min_offset_in_queue(topic, qid)
+            high = store.get_max_offset_in_queue(topic, qid)
+            if opts.starting_timestamp is not None:
+                offset = store.get_offset_in_queue_by_time(topic, qid, opts.starting_timestamp)
+            else:
+                offset = _resolve(opts.starting, topic, qid, low=low, high=high, default="latest")
+            out[(topic, qid)] = min(offset, high)
+        return _to_json(out)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
+        n = self.opts.max_offsets_per_trigger
+        return ReadMaxRows(n) if n is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
+        self._frozen = self._bounds()[1]
+
+    def latestOffset(self, start: QueueOffsets, limit: ReadLimit) -> QueueOffsets:  # noqa: N802
+        low, high = self._bounds()
+        self._latest = dict(high)
+        if self._frozen is not None:
+            high = {q: min(h, self._frozen[q]) for q, h in high.items() if q in self._frozen}
+        begin = _from_json(start)
+        # Queues found since the last batch start at their first readable offset.
+        from_ = {q: begin.get(q, low[q]) for q in high}
+        until = {q: max(h, from_[q]) for q, h in high.items()}
+        if isinstance(limit, ReadMaxRows):
+            until = _rate_limit(from_, until, limit.max_rows)
+        # Keep queues that vanished from the listing where they were.
+        for q, off in begin.items():
+            until.setdefault(q, off)
+        return _to_json(until)
+
+    def reportLatestOffset(self) -> QueueOffsets | None:  # noqa: N802 - Spark's name
+        return _to_json(self._latest) if self._latest is not None else None
+
+    def partitions(self, start: QueueOffsets, end: QueueOffsets) -> list[QueueRange]:
+        begin = _from_json(start)
+        stop = _from_json(end)
+        low = self._bounds()[0]
+        ranges = []
+        for q, until in sorted(stop.items()):
+            first = low.get(q, 0)
+            offset = begin.get(q, first)
+            if offset < first:
+                offset = _data_loss(self.opts, q[0], q[1], offset, first)
+            if until > offset:
+                ranges.append(QueueRange(q[0], q[1], offset, until))
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange)
+        yield from _read_range(self.opts, self.target, partition, None)
+
+    def commit(self, end: QueueOffsets) -> None:
+        group = self.opts.consumer_group
+        if group is None:
+            return
+        try:
+            with MessageStore(self.opts.path, **self.opts.settings) as store:
+                for topic, per_queue in end.items():
+                    store.commit_offsets(group, topic, {int(q): o for q, o in per_queue.items()})
+        except StoreLockedError as exc:
+            log.warning(
+                "consumer group %r: offsets not recorded, the store is locked by a writer (%s)",
+                group,
+                exc,
+            )
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+_WRITE_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
+    "topic": (StringType,),
+    "body": (BinaryType, StringType),
+    "queue_id": (IntegerType, LongType, ShortType, ByteType),
+    "tags": (StringType,),
+    "keys": (ArrayType, StringType),
+    "properties": (MapType,),
+}
+
+
+def _check_write_schema(schema: StructType) -> None:
+    names = schema.fieldNames()
+    for required in ("topic", "body"):
+        if required not in names:
+            raise _bad_option(f"writes need a {required!r} column; the DataFrame has {names}")
+    for field in schema.fields:
+        kinds = _WRITE_COLUMNS.get(field.name)
+        if kinds is None:
+            raise _bad_option(
+                f"column {field.name!r} cannot be written; the columns are "
+                f"{', '.join(_WRITE_COLUMNS)} (drop or rename the others)"
+            )
+        dt = field.dataType
+        ok = isinstance(dt, kinds)
+        if isinstance(dt, ArrayType):
+            ok = isinstance(dt.elementType, StringType)
+        if isinstance(dt, MapType):
+            ok = isinstance(dt.keyType, StringType) and isinstance(dt.valueType, StringType)
+        if not ok:
+            raise _bad_option(
+                f"column {field.name!r} has type {dt.simpleString()}; expected "
+                + " or ".join(k.__name__.removesuffix("Type").lower() for k in kinds)
+                + (" of strings" if field.name in {"keys", "properties"} else "")
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedFile(WriterCommitMessage):
+    """A write task's staged rows: ``file`` (None when the task had no rows) inside the job's
+    staging folder, from Spark partition ``partition``."""
+
+    partition: int
+    file: str | None
+    rows: int
+
+
+def _staging_dir(path: str, job: str) -> str:
+    return os.path.join(path, STAGING_DIR, job)
+
+
+def _remove_staging(path: str, job: str) -> None:
+    shutil.rmtree(_staging_dir(path, job), ignore_errors=True)
+    # Fails while another job's staging folder is there, or when it is gone already.
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.join(path, STAGING_DIR))
+
+
+class RmqStoreWriter(DataSourceArrowWriter):
+    """Appends a DataFrame to the store, every row once.
+
+    Each task writes its rows to an Arrow IPC file in ``<store>/spark-staging/<job>/``, and
+    names it in its commit message once complete. The driver's :meth:`commit` appends the named
+    files in partition order (``put_messages`` for runs of rows with the same topic, queue,
+    tags, keys and properties) and removes the staging folder; :meth:`abort` removes it. A
+    retried task's abandoned file is never named, and a failed job appends nothing. A commit is
+    not atomic against a failing put (for example a full disk): the rows appended before it
+    stay, and the error says how many.
+
+    A row without ``queue_id`` goes to queue ``crc32(keys joined by NUL) % 8`` when it has keys,
+    else to queue ``n % 8`` with n its position in the job (round robin over
+    :data:`DEFAULT_QUEUES`).
+    """
+
+    def __init__(self, path: str, settings: dict[str, Any]) -> None:
+        self.path = path
+        self.settings = settings
+        self.job = uuid.uuid4().hex
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        folder = _staging_dir(self.path, self.job)
+        os.makedirs(folder, exist_ok=True)
+        name = f"{partition:06d}-{uuid.uuid4().hex}.arrow"
+        tmp = os.path.join(folder, name + ".tmp")
+        rows = 0
+        sink: Any = None
+        try:
+            for batch in iterator:
+                if sink is None:
+                    sink = pa.ipc.new_file(tmp, batch.schema)
+                sink.write_batch(batch)
+                rows += batch.num_rows
+        finally:
+            if sink is not None:
+                sink.close()
+        if sink is None:
+            return StagedFile(partition, None, 0)
+        os.replace(tmp, os.path.join(folder, name))
+        return StagedFile(partition, name, rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        staged = sorted(
+            (m for m in messages if isinstance(m, StagedFile) and m.file is not None),
+            key=lambda m: m.partition,
+        )
+        try:
+            if staged:
+                self._append(staged)
+        finally:
+            _remove_staging(self.path, self.job)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _remove_staging(self.path, self.job)
+
+    def _append(self, staged: Sequence[StagedFile]) -> None:
+        import pyarrow as pa
+
+        try:
+            store = MessageStore(self.path, **self.settings)
+        except StoreLockedError as exc:
+            raise StoreLockedError(
+                f"rmqstore data source: cannot append to {self.path}: another process holds the "
+                f"store open ({exc}); close that writer and write again. Nothing was appended."
+            ) from exc
+        appended = 0
+        try:
+            budget = max(1, store.config.mapped_file_size_commit_log // 8)
+            row_number = 0
+            run: list[bytes] = []
+            run_key: tuple[Any, ...] | None = None
+            run_bytes = 0
+
+            def flush() -> None:
+                nonlocal run, run_bytes, appended
+                if not run or run_key is None:
+                    return
+                topic, qid, tags, keys, props = run_key
+                result = store.put_messages(
+                    topic,
+                    qid,
+                    run,
+                    tags=tags,
+                    keys=list(keys) if keys else None,
+                    properties=dict(props) if props else None,
+                )
+                if not result.ok:
+                    raise RmqStoreError(
+                        f"rmqstore data source: put to {topic}/{qid} failed with "
+                        f"{result.status.name}; {appended} rows of this job were appended "
+                        "before it"
+                    )
+                appended += len(run)
+                run, run_bytes = [], 0
+
+            for item in staged:
+                file = os.path.join(_staging_dir(self.path, self.job), cast(str, item.file))
+                with pa.memory_map(file) as source:
+                    table = pa.ipc.open_file(source).read_all()
+                for row in table.to_pylist():
+                    body = row["body"]
+                    if body is None or row.get("topic") is None:
+                        raise _bad_option(
+                            f"row {row_number} of the job has a null topic or body; "
+                            "filter those rows out before writing"
+                        )
+                    if isinstance(body, str):
+                        body = body.encode()
+                    keys_value = row.get("keys")
+                    if isinstance(keys_value, str):
+                        keys_value = [keys_value]
+                    keys = tuple(k for k in keys_value or () if k is not None)
+                    qid = row.get("queue_id")
+                    if qid is None:
+                        if keys:
+                            qid = zlib.crc32("\0".join(keys).encode()) % DEFAULT_QUEUES
+                        else:
+                            qid = row_number % DEFAULT_QUEUES
+                    props = row.get("properties")
+                    key = (
+                        row["topic"],
+                        int(qid),
+                        row.get("tags"),
+                        keys,
+                        tuple(sorted(props)) if props else (),
+                    )
+                    if key != run_key or run_bytes + len(body) > budget or len(run) >= 1024:
+                        flush()
+                        run_key = key
+                    run.append(body)
+                    run_bytes += len(body)
+                    row_number += 1
+            flush()
+        finally:
+            store.close()
+
+
+# -- the data source -------------------------------------------------------------------------
+
+
+class RmqStoreDataSource(DataSource):
+    """The ``rmqstore`` format: see the module docstring for options and columns."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rmqstore"
+
+    def schema(self) -> StructType:
+        options = _lower(self.options)
+        return source_schema(_parse_bool(options, "includeproperties", False))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        opts = _parse_read_options(self.options, streaming=False)
+        _check_is_store(opts.path)
+        # Spark plans a read with pushdown in its data_source_pushdown_filters worker, which
+        # calls pushFilters; plan_data_source_read (pushdown off, or no filter to push) refuses
+        # a reader that overrides pushFilters while spark.sql.python.filterPushdown.enabled is
+        # false. So the reader has pushFilters only where Spark will call it.
+        caller = os.path.basename(sys._getframe(1).f_code.co_filename)
+        if caller == "plan_data_source_read.py":
+            return RmqStoreReader(opts, schema)
+        return RmqStorePushdownReader(opts, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        opts = _parse_read_options(self.options, streaming=True)
+        _check_is_store(opts.path)
+        return RmqStoreStreamReader(opts, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> RmqStoreWriter:
+        if overwrite:
+            raise _bad_option(
+                "the store is an append-only log: overwrite is not supported, use mode('append')"
+            )
+        options = _lower(self.options)
+        _check_known(options, {"path"}, "writes")
+        _check_write_schema(schema)
+        return RmqStoreWriter(_store_path(options), _store_settings(options))

@@ -1,0 +1,44 @@
+"""The Spark suite's fixture: one local SparkSession for all its tests (helpers: rmqspark)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A local SparkSession, 2 cores, each task tried twice (``local[2,2]``), with the
+    ``rmqstore`` source registered."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"pyspark is not installed ({exc}): pip install -r requirements-dev.txt")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime (java on PATH or JAVA_HOME) for the Spark tests")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("rmqstore-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    from rmqstore.spark import RmqStoreDataSource
+
+    session.dataSource.register(RmqStoreDataSource)
+    yield session
+    session.stop()

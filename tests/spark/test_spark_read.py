@@ -1,0 +1,177 @@
+"""Batch reads through the ``rmqstore`` Spark source equal what ``get_message`` returns."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import rmqstore
+from rmqspark import put, spark_rows, store_options, stored_rows
+
+pytestmark = pytest.mark.spark
+
+
+def _messages(phase: int) -> list[rmqstore.Message]:
+    tags = ["TagA", "TagB", None]
+    out = []
+    for qid, count in ((0, 30 if phase == 1 else 10), (1, 12 if phase == 1 else 0), (2, 5)):
+        for i in range(count):
+            out.append(
+                rmqstore.Message(
+                    "TopicA",
+                    f"a{phase}-{qid}-{i}".encode() * (i % 4 + 1),
+                    tags=tags[i % 3],
+                    keys=[f"k{i}", f"p{phase}"] if i % 2 else [],
+                    queue_id=qid,
+                    properties={"n": str(i)} if i % 5 == 0 else None,
+                )
+            )
+    for i in range(8 if phase == 1 else 4):
+        out.append(
+            rmqstore.Message("TopicB", bytes([i, phase]), tags="TagB", properties={"x": "y"})
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def read_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """Two topics over four queues, written in two phases 50 ms apart; returns the store path
+    and the first store timestamp of phase 2."""
+    path = tmp_path_factory.mktemp("read") / "store"
+    put(path, _messages(1))
+    time.sleep(0.05)
+    second = put(path, _messages(2))
+    return path, min(r.store_timestamp for r in second)
+
+
+def _load(spark: Any, path: Path, **options: str) -> Any:
+    return spark.read.format("rmqstore").options(**store_options(path, **options)).load()
+
+
+def test_batch_read_equals_get_message(spark: Any, read_store: tuple[Path, int]) -> None:
+    path, _ = read_store
+    expected = stored_rows(path, include_properties=True)
+    assert len(expected) == 30 + 12 + 5 + 8 + 10 + 5 + 4
+    df = _load(spark, path, includeProperties="true")
+    assert df.columns == [
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "commit_log_offset",
+        "store_timestamp",
+        "born_timestamp",
+        "tags",
+        "keys",
+        "properties",
+        "body",
+    ]
+    assert spark_rows(df, include_properties=True) == expected
+    # Without includeProperties the column is absent and the rest is the same.
+    plain = _load(spark, path)
+    assert "properties" not in plain.columns
+    assert spark_rows(plain) == stored_rows(path)
+
+
+def test_offset_ranges(spark: Any, read_store: tuple[Path, int]) -> None:
+    path, _ = read_store
+    everything = stored_rows(path)
+    df = _load(
+        spark,
+        path,
+        topics="TopicA",
+        startingOffsets='{"TopicA":{"0":7,"2":-2}}',
+        endingOffsets='{"TopicA":{"0":33,"1":4,"2":-1}}',
+    )
+    ends = {0: 33, 1: 4, 2: 10}
+    expected = [
+        r for r in everything if r[0] == "TopicA" and (7 if r[1] == 0 else 0) <= r[2] < ends[r[1]]
+    ]
+    assert len(expected) == 26 + 4 + 10
+    assert spark_rows(df) == expected
+    # assign picks queues; minPartitions splits them into more tasks with the same rows.
+    assigned = _load(spark, path, assign='{"TopicA":[0,2]}', minPartitions="6")
+    assert assigned.rdd.getNumPartitions() >= 6
+    assert spark_rows(assigned) == [r for r in everything if r[0] == "TopicA" and r[1] != 1]
+
+
+def test_time_ranges(spark: Any, read_store: tuple[Path, int]) -> None:
+    path, phase2 = read_store
+    everything = stored_rows(path)
+    later = _load(spark, path, startingTimestamp=str(phase2))
+    assert spark_rows(later) == [r for r in everything if r[4] >= phase2]
+    assert len(spark_rows(later)) == 10 + 5 + 4
+    earlier = _load(spark, path, topicPattern="Topic[AB]", endingTimestamp=str(phase2))
+    assert spark_rows(earlier) == [r for r in everything if r[4] < phase2]
+
+
+def _plan(df: Any) -> str:
+    return str(df._jdf.queryExecution().optimizedPlan())
+
+
+def test_pushdown_changes_plan_not_result(spark: Any, read_store: tuple[Path, int]) -> None:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    path, phase2 = read_store
+    everything = stored_rows(path)
+
+    def query() -> Any:
+        return _load(spark, path).where(
+            (F.col("topic") == "TopicA")
+            & F.col("queue_id").isin(0, 2)
+            & (F.col("tags") == "TagA")
+            & (F.col("store_timestamp") >= F.timestamp_millis(F.lit(phase2)))
+        )
+
+    expected = [
+        r
+        for r in everything
+        if r[0] == "TopicA" and r[1] in (0, 2) and r[6] == "TagA" and r[4] >= phase2
+    ]
+    assert expected
+    pushed = query()
+    assert spark_rows(pushed) == expected
+    pushed_plan = _plan(pushed)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    try:
+        plain = query()
+        assert spark_rows(plain) == expected
+        plain_plan = _plan(plain)
+        plain_tasks = plain.rdd.getNumPartitions()
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    # Without pushdown Spark filters every column itself, over one task per queue; with it,
+    # topic, queue_id and tags leave the Filter and only the queues left are read; the
+    # store_timestamp bound stays for Spark to check.
+    assert "TopicA" in plain_plan
+    assert "TagA" in plain_plan
+    assert "TopicA" not in pushed_plan
+    assert "TagA" not in pushed_plan
+    assert "store_timestamp" in pushed_plan
+    assert plain_tasks == 4
+    assert pushed.rdd.getNumPartitions() == 2
+
+
+def test_time_pushdown_narrows_offsets(spark: Any, read_store: tuple[Path, int]) -> None:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    path, phase2 = read_store
+    everything = stored_rows(path)
+    bound = F.timestamp_millis(F.lit(phase2))
+    df = _load(spark, path).where(F.col("store_timestamp") < bound)
+    assert spark_rows(df) == [r for r in everything if r[4] < phase2]
+    # TopicA queue 1 has no message after the bound: narrowed to nothing, it gets no task.
+    df = _load(spark, path).where(F.col("store_timestamp") > bound)
+    assert spark_rows(df) == [r for r in everything if r[4] > phase2]
+    assert df.rdd.getNumPartitions() == 3
+    assert _load(spark, path).rdd.getNumPartitions() == 4
+    assert "store_timestamp" in _plan(df)
+
+
+def test_nothing_selected_reads_no_rows(spark: Any, read_store: tuple[Path, int]) -> None:
+    path, _ = read_store
+    assert _load(spark, path, topicPattern="Nope.*").count() == 0

@@ -1,0 +1,301 @@
+"""Streaming reads: rate limit, restarts from the checkpoint, new queues, consumer offsets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import rmqstore
+from rmqspark import Row, put, spark_rows, store_options, stored_rows
+from rmqwire import SMALL_STORE
+
+pytestmark = pytest.mark.spark
+
+
+def _run(spark: Any, path: Path, checkpoint: Path, **options: str) -> list[list[Row]]:
+    """Runs the stream with Trigger.AvailableNow to its end; returns each micro-batch's rows."""
+    batches: list[list[Row]] = []
+
+    def collect(df: Any, _batch_id: int) -> None:
+        batches.append(spark_rows(df))
+
+    query = (
+        spark.readStream.format("rmqstore")
+        .options(**store_options(path, **options))
+        .load()
+        .writeStream.trigger(availableNow=True)
+        .option("checkpointLocation", str(checkpoint))
+        .foreachBatch(collect)
+        .start()
+    )
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    return batches
+
+
+def _messages(topic: str, queue_id: int, count: int, tag: str) -> list[rmqstore.Message]:
+    return [
+        rmqstore.Message(topic, f"{tag}-{queue_id}-{i}".encode(), tags=tag, queue_id=queue_id)
+        for i in range(count)
+    ]
+
+
+def _last_offsets(checkpoint: Path) -> Any:
+    """The end offsets of the last micro-batch, as Spark wrote them in the checkpoint."""
+    offsets = checkpoint / "offsets"
+    last = max(offsets.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    return json.loads(last.read_text().splitlines()[-1])
+
+
+def _group_offsets(path: Path, topic: str, queues: int) -> list[int]:
+    with rmqstore.MessageStore(path, **SMALL_STORE) as store:
+        return [store.query_offset("spark-group", topic, q) for q in range(queues)]
+
+
+def test_rate_limit_restart_new_queue_and_group(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    checkpoint = tmp_path / "checkpoint"
+    put(path, _messages("S", 0, 10, "one") + _messages("S", 1, 5, "one"))
+    options = {
+        "topics": "S",
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "6",
+        "consumerGroup": "spark-group",
+    }
+    first = _run(spark, path, checkpoint, **options)
+    # Kafka's proration over backlogs 10 and 5: 4+2, then 4+2 of 6 and 3, then the 2+1 left.
+    assert [len(b) for b in first] == [6, 6, 3]
+    assert sorted(r for b in first for r in b) == stored_rows(path)
+    assert _last_offsets(checkpoint) == {"S": {"0": 10, "1": 5}}
+    # Spark commits a batch to the source when it plans the next one: the group's offsets are
+    # the second batch's end; the last batch is committed by the next run.
+    assert _group_offsets(path, "S", 3) == [8, 4, -1]
+
+    # Between two runs: 4 more messages on queue 0 and a new queue 2 with 3.
+    put(path, _messages("S", 0, 4, "two") + _messages("S", 2, 3, "two"))
+    second = _run(spark, path, checkpoint, **options)
+    # Backlogs 4 and 3 (the new queue from its first offset): 3+2, then 1+1.
+    assert [len(b) for b in second] == [5, 2]
+    new_rows = [r for b in second for r in b]
+    assert {r[-1].decode().split("-")[0] for r in new_rows} == {"two"}
+    # Neither run lost or repeated a message.
+    assert sorted(r for b in first + second for r in b) == stored_rows(path)
+    assert _last_offsets(checkpoint) == {"S": {"0": 14, "1": 5, "2": 3}}
+    assert _group_offsets(path, "S", 3) == [13, 5, 2]
+
+
+def test_stream_starts_at_latest_by_default(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    checkpoint = tmp_path / "checkpoint"
+    put(path, _messages("L", 0, 5, "old"))
+    # Spark runs one empty batch, which records the starting offsets in the checkpoint.
+    assert [len(b) for b in _run(spark, path, checkpoint)] == [0]
+    assert _last_offsets(checkpoint) == {"L": {"0": 5}}
+    put(path, _messages("L", 0, 3, "new"))
+    batches = _run(spark, path, checkpoint)
+    rows = [r for b in batches for r in b]
+    assert [r[-1] for r in rows] == [f"new-0-{i}".encode() for i in range(3)]
+
+
+def _drop_first_consume_queue_file(path: Path, topic: str, queue_id: int) -> None:
+    """Removes a queue's oldest consume queue file (as expiry would), the store closed."""
+    folder = path / "consumequeue" / topic / str(queue_id)
+    min(folder.iterdir()).unlink()
+
+
+def test_fail_on_data_loss(spark: Any, tmp_path: Path) -> None:
+    from pyspark.errors import AnalysisException
+
+    path = tmp_path / "store"
+    checkpoint = tmp_path / "checkpoint"
+    put(path, _messages("D", 0, 10, "a"))
+    options = {"startingOffsets": "earliest"}
+    assert [len(b) for b in _run(spark, path, checkpoint, **options)] == [10]
+    # 110 more messages, then offsets 0-49 go (the small store has 50 per file).
+    put(path, _messages("D", 0, 110, "b"))
+    _drop_first_consume_queue_file(path, "D", 0)
+    with rmqstore.MessageStore(path, **SMALL_STORE) as store:
+        assert store.get_min_offset_in_queue("D", 0) == 50
+
+    # A batch read from below the first readable offset fails when planned, or skips.
+    batch = spark.read.format("rmqstore").options(
+        **store_options(path, startingOffsets='{"D":{"0":10}}')
+    )
+    with pytest.raises(AnalysisException, match="data loss, D/0: offset 10 is below the queue's"):
+        batch.load().collect()
+    skipped = batch.option("failOnDataLoss", "false").load()
+    assert [r.queue_offset for r in skipped.collect()] == list(range(50, 120))
+
+    # The stream's checkpoint says 10: the restarted query fails, and goes on from 50 with
+    # failOnDataLoss=false.
+    with pytest.raises(Exception, match="set failOnDataLoss=false to read from the first"):
+        _run(spark, path, checkpoint, **options)
+    batches = _run(spark, path, checkpoint, failOnDataLoss="false", **options)
+    assert sorted(r[2] for b in batches for r in b) == list(range(50, 120))
+
+
+WRITER = """
+import sys, time
+import rmqstore
+from rmqwire import SMALL_STORE
+
+with rmqstore.MessageStore(sys.argv[1], **SMALL_STORE) as store:
+    print("open", flush=True)
+    sys.stdin.readline()  # "go"
+    for round_ in range(10):
+        for i in range(20):
+            store.put_message(rmqstore.Message("C", f"live-{round_}-{i}".encode(), queue_id=i % 2))
+        store.wait_dispatched()
+        time.sleep(0.3)
+    print("written", flush=True)
+    sys.stdin.read()  # hold the store (and its lock) until the test says so
+"""
+
+
+def test_stream_reads_while_another_process_writes(spark: Any, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    path = tmp_path / "store"
+    put(path, _messages("C", 0, 20, "before"))
+    tests_dir = Path(__file__).resolve().parent.parent
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**__import__("os").environ, "PYTHONPATH": str(tests_dir)},
+    )
+    lock = threading.Lock()
+    batches: list[list[Row]] = []
+
+    def collect(df: Any, _batch_id: int) -> None:
+        rows = spark_rows(df)
+        with lock:
+            batches.append(rows)
+
+    query = None
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "open"
+        query = (
+            spark.readStream.format("rmqstore")
+            .options(**store_options(path, startingOffsets="earliest", consumerGroup="spark-group"))
+            .load()
+            .writeStream.trigger(processingTime="200 milliseconds")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .foreachBatch(collect)
+            .start()
+        )
+
+        def wait_for(rows: int) -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                with lock:
+                    if sum(len(b) for b in batches) >= rows:
+                        return
+                assert query.exception() is None
+                time.sleep(0.1)
+
+        wait_for(20)  # the messages from before, read while the writer holds the store
+        assert writer.stdin is not None
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().strip() == "written"
+        wait_for(220)
+        assert query.exception() is None
+        count = spark.read.format("rmqstore").options(**store_options(path)).load().count()
+        assert count == 220
+    finally:
+        if query is not None:
+            query.stop()
+        writer.communicate("", timeout=60)
+    assert writer.returncode == 0
+    rows = sorted(r for b in batches for r in b)
+    assert rows == stored_rows(path)  # every message once, none lost or repeated
+    # Picked up as it was written (10 rounds over 3 s, a trigger every 200 ms): the rows came
+    # in several batches after the first.
+    assert len([b for b in batches[1:] if b]) >= 3
+    # Every consumer group commit met the writer's lock: skipped, the query went on.
+    assert _group_offsets(path, "C", 2) == [-1, -1]
+
+
+PAUSING_WRITER = """
+import sys
+import rmqstore
+from rmqwire import SMALL_STORE
+
+with rmqstore.MessageStore(sys.argv[1], **SMALL_STORE) as store:
+    store.put_messages("F", 0, [f"f-{i}".encode() for i in range(300)])
+    store.wait_dispatched()
+    print("300", flush=True)
+    sys.stdin.readline()  # "go"
+    store.put_messages("F", 0, [f"f-{i}".encode() for i in range(300, 800)])
+    store.wait_dispatched()
+    print("800", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_available_now_stops_at_what_was_there_when_it_started(spark: Any, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "store"
+    put(path, _messages("F", 0, 1, "seed"))
+    writer = subprocess.Popen(
+        [sys.executable, "-c", PAUSING_WRITER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
+    batches: list[list[Row]] = []
+    try:
+        assert writer.stdin is not None
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "300"
+
+        def collect(df: Any, _batch_id: int) -> None:
+            batches.append(spark_rows(df))
+            if len(batches) == 1:  # the query has started: 500 more arrive now
+                writer.stdin.write("go\n")
+                writer.stdin.flush()
+                assert writer.stdout.readline().strip() == "800"
+
+        query = (
+            spark.readStream.format("rmqstore")
+            .options(**store_options(path, startingOffsets="earliest", maxOffsetsPerTrigger="100"))
+            .load()
+            .writeStream.trigger(availableNow=True)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .foreachBatch(collect)
+            .start()
+        )
+        assert query.awaitTermination(180)
+    finally:
+        writer.communicate("", timeout=60)
+    assert writer.returncode == 0
+    # The target was fixed at the start (301 messages): the 500 that came during the run wait
+    # for the next one.
+    assert [len(b) for b in batches] == [100, 100, 100, 1]
+    assert sorted(r[2] for b in batches for r in b) == list(range(301))
+
+
+def test_rate_limit_gives_small_queues_one_and_caps_at_the_end() -> None:
+    from rmqstore.spark import _rate_limit
+
+    start = {("T", 0): 0, ("T", 1): 5, ("T", 2): 7}
+    until = {("T", 0): 100, ("T", 1): 6, ("T", 2): 7}
+    # 10 over backlogs 100, 1, 0: floor(9.9) = 9, ceil(0.099) = 1 (not starved), 0 stays.
+    assert _rate_limit(start, until, 10) == {("T", 0): 9, ("T", 1): 6, ("T", 2): 7}
+    # A limit above the backlog stops at each queue's end.
+    assert _rate_limit(start, until, 1000) == until

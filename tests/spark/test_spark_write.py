@@ -1,0 +1,136 @@
+"""Appends through the ``rmqstore`` Spark source: every row once, even with failing tasks."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import rmqstore
+from rmqspark import put, store_options, stored_rows
+from rmqwire import SMALL_STORE
+
+pytestmark = pytest.mark.spark
+
+WRITE_SCHEMA = (
+    "topic STRING, body BINARY, queue_id INT, tags STRING, keys ARRAY<STRING>, "
+    "properties MAP<STRING,STRING>"
+)
+
+
+def _write(df: Any, path: Path) -> None:
+    df.write.format("rmqstore").mode("append").options(**store_options(path)).save()
+
+
+def _bodies(path: Path) -> list[bytes]:
+    return sorted(r[-1] for r in stored_rows(path))
+
+
+def test_round_trip_with_four_tasks(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    rows = []
+    for i in range(300):
+        rows.append(
+            (
+                "W" if i % 3 else "V",
+                f"body-{i}".encode(),
+                i % 4 if i % 5 else None,
+                ["TagA", "TagB", None][i % 3],
+                [f"key-{i % 7}"] if i % 2 else [],
+                {"i": str(i)} if i % 4 == 0 else None,
+            )
+        )
+    _write(spark.createDataFrame(rows, WRITE_SCHEMA).repartition(4), path)
+    assert not (path / "spark-staging").exists()
+    stored = {r[-1]: r for r in stored_rows(path, include_properties=True)}
+    assert sorted(stored) == sorted(r[1] for r in rows)  # every row once
+    for topic, body, qid, tags, keys, props in rows:
+        got = stored[body]
+        assert (got[0], got[6], got[7]) == (topic, tags, tuple(keys))
+        if qid is not None:
+            assert got[1] == qid
+        elif keys:
+            assert got[1] == zlib.crc32("\0".join(keys).encode()) % 8
+        else:
+            assert 0 <= got[1] < 8
+        if props:
+            assert set(props.items()) <= set(got[8])
+    # Appending again adds the rows a second time, after the first ones and in DataFrame
+    # order (two tasks, committed in partition order).
+    again = [("Z", f"again-{i}".encode(), i % 2, None, [], None) for i in range(10)]
+    df = spark.createDataFrame(again, WRITE_SCHEMA)
+    assert df.rdd.getNumPartitions() == 2
+    _write(df, path)
+    after = stored_rows(path)
+    assert len(after) == 310
+    z = sorted((r for r in after if r[0] == "Z"), key=lambda r: r[3])  # commitlog order
+    assert [r[-1] for r in z] == [b for _, b, *_ in again]
+    assert min(r[3] for r in z) > max(r[3] for r in after if r[0] != "Z")
+
+
+def _failing_body(marker: Path | None, fail_at: int) -> Any:
+    """A UDF giving each id's body that raises at ``fail_at``: once (the first attempt) when
+    ``marker`` is given, else every time."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    def body(i: int) -> bytes:
+        if i == fail_at:
+            if marker is None:
+                raise RuntimeError("this row always fails")
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                raise RuntimeError("first attempt fails")
+        return f"row-{i}".encode()
+
+    return F.udf(body, "binary", useArrow=False)
+
+
+def _rows_with_udf(spark: Any, udf: Any, n: int) -> Any:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    # Two partitions made by range, so the UDF runs in the writing tasks.
+    return spark.range(0, n, 1, 2).select(
+        F.lit("R").alias("topic"),
+        udf("id").alias("body"),
+        (F.col("id") % 3).cast("int").alias("queue_id"),
+    )
+
+
+def test_task_retried_midway_appends_each_row_once(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    marker = tmp_path / "failed-once"
+    # Small Arrow batches: the failing task has staged rows before it fails.
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
+    try:
+        _write(_rows_with_udf(spark, _failing_body(marker, 170), 200), path)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert marker.exists()  # the first attempt did fail
+    assert _bodies(path) == sorted(f"row-{i}".encode() for i in range(200))
+    assert not (path / "spark-staging").exists()
+
+
+def test_failed_job_appends_nothing(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    put(path, [rmqstore.Message("R", b"before")])
+    with pytest.raises(Exception, match="this row always fails"):
+        _write(_rows_with_udf(spark, _failing_body(None, 170), 200), path)
+    assert _bodies(path) == [b"before"]
+    assert not (path / "spark-staging").exists()
+
+
+def test_write_to_a_store_open_elsewhere_fails_clearly(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    df = spark.createDataFrame([("R", b"x", 0, None, [], None)], WRITE_SCHEMA)
+    with rmqstore.MessageStore(path, **SMALL_STORE) as store:
+        with pytest.raises(Exception, match="another process holds the store open") as info:
+            _write(df, path)
+        assert "Nothing was appended" in str(info.value)
+        assert store.get_max_offset_in_queue("R", 0) == 0
+    assert _bodies(path) == []
+    assert not (path / "spark-staging").exists()
