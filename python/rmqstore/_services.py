@@ -11,7 +11,7 @@ import logging
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from ._rmqstore import Store
@@ -183,6 +183,9 @@ class ReputMessageService(ServiceThread):
         }
 
 
+_P = TypeVar("_P", bound="_PagedService")
+
+
 class _PagedService(ServiceThread):
     """A service that works every ``interval`` ms when at least ``least_pages`` pages wait, and
     on anything once ``thorough`` ms have passed since its last such round (RocketMQ's flush
@@ -201,7 +204,7 @@ class _PagedService(ServiceThread):
         self.rounds = 0
 
     @classmethod
-    def for_config(cls, core: Store, cfg: StoreConfig) -> Self:
+    def for_config(cls: type[_P], core: Store, cfg: StoreConfig) -> _P:
         interval, least, thorough = (getattr(cfg, name) for name in cls.settings)
         return cls(core, interval, least, thorough)
 
