@@ -32,6 +32,10 @@ Read options (names as Spark's Kafka source where they mean the same; case does 
     removed); ``false`` logs a warning and reads from the first readable offset.
 ``minPartitions``
     Split queues into offset ranges so that a batch read has at least about this many tasks.
+``rowsPerPartition`` (default 250000)
+    Queues (and offset ranges) with fewer messages share a read task, up to about this many
+    messages per task, so a store of many small queues is not read by as many tiny tasks
+    (each costs a Python worker round trip); 1 gives every queue its own task.
 ``includeProperties`` (default false)
     Add the ``properties`` column.
 ``maxOffsetsPerTrigger`` (streams)
@@ -118,6 +122,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "QueueRange",
+    "RangeGroup",
     "RmqStoreDataSource",
     "RmqStorePushdownReader",
     "RmqStoreReader",
@@ -128,6 +133,9 @@ __all__ = [
 
 log = logging.getLogger("rmqstore.spark")
 
+#: Default ``rowsPerPartition``: about how many messages a read task reads at most when it
+#: packs several small queues.
+ROWS_PER_PARTITION = 250_000
 #: Rows per Arrow batch a read task yields.
 BATCH_ROWS = 64 * 1024
 #: Queues a written row without ``queue_id`` is spread over.
@@ -144,6 +152,7 @@ _BATCH_OPTIONS = {"endingoffsets", "endingtimestamp", "minpartitions"}
 _STREAM_OPTIONS = {"maxoffsetspertrigger", "consumergroup"}
 _COMMON_READ_OPTIONS = {
     "path",
+    "rowsperpartition",
     *_SELECTION_OPTIONS,
     "startingoffsets",
     "startingtimestamp",
@@ -161,6 +170,7 @@ _SPELLING = {
     "endingtimestamp": "endingTimestamp",
     "failondataloss": "failOnDataLoss",
     "minpartitions": "minPartitions",
+    "rowsperpartition": "rowsPerPartition",
     "includeproperties": "includeProperties",
     "maxoffsetspertrigger": "maxOffsetsPerTrigger",
     "consumergroup": "consumerGroup",
@@ -327,6 +337,7 @@ class _ReadOptions:
     ending_timestamp: int | None
     fail_on_data_loss: bool
     min_partitions: int | None
+    rows_per_partition: int
     include_properties: bool
     max_offsets_per_trigger: int | None
     consumer_group: str | None
@@ -411,6 +422,7 @@ def _parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> _ReadOpti
     if start_ts is not None and end_ts is not None and start_ts > end_ts:
         raise _bad_option(f"startingTimestamp {start_ts} is after endingTimestamp {end_ts}")
     min_partitions = _parse_int(options, "minpartitions", 1)
+    rows_per_partition = _parse_int(options, "rowsperpartition", 1)
     max_per_trigger = _parse_int(options, "maxoffsetspertrigger", 1)
     group = options.get("consumergroup")
     if group is not None and not group.strip():
@@ -427,6 +439,9 @@ def _parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> _ReadOpti
         ending_timestamp=end_ts,
         fail_on_data_loss=_parse_bool(options, "failondataloss", True),
         min_partitions=min_partitions,
+        rows_per_partition=(
+            rows_per_partition if rows_per_partition is not None else ROWS_PER_PARTITION
+        ),
         include_properties=_parse_bool(options, "includeproperties", False),
         max_offsets_per_trigger=max_per_trigger,
         consumer_group=group,
@@ -561,6 +576,54 @@ def _split(ranges: list[QueueRange], min_partitions: int | None) -> list[QueueRa
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class RangeGroup(InputPartition):
+    """One read task over several small offset ranges, read one after the other."""
+
+    ranges: tuple[QueueRange, ...]
+
+
+def _pack(ranges: list[QueueRange], rows: int) -> list[InputPartition]:
+    """Packs consecutive ranges into tasks of at most about ``rows`` messages (a range larger
+    than that keeps a task of its own; splitting is ``minPartitions``' job)."""
+    out: list[InputPartition] = []
+    group: list[QueueRange] = []
+    held = 0
+
+    def close() -> None:
+        if group:
+            out.append(group[0] if len(group) == 1 else RangeGroup(tuple(group)))
+
+    for r in ranges:
+        size = r.end - r.start
+        if group and held + size > rows:
+            close()
+            group, held = [], 0
+        group.append(r)
+        held += size
+    close()
+    return out
+
+
+def _plan(ranges: list[QueueRange], opts: _ReadOptions) -> list[InputPartition]:
+    """The read tasks: ranges split for ``minPartitions``, then small ones packed together,
+    never into fewer tasks than ``minPartitions`` asks for."""
+    ranges = _split(ranges, opts.min_partitions)
+    rows = opts.rows_per_partition
+    if opts.min_partitions is not None:
+        total = sum(r.end - r.start for r in ranges)
+        rows = min(rows, max(1, total // opts.min_partitions))
+    return _pack(ranges, rows)
+
+
+def _task_ranges(partition: InputPartition) -> tuple[QueueRange, ...]:
+    if isinstance(partition, QueueRange):
+        return (partition,)
+    if isinstance(partition, RangeGroup):
+        return partition.ranges
+    return ()  # Spark's placeholder when there is nothing to read
+
+
 # -- reading ---------------------------------------------------------------------------------
 
 
@@ -666,7 +729,7 @@ class RmqStoreReader(DataSourceReader):
             raise _bad_option(f"columns {sorted(unknown)} are not columns of the source")
         self.pushed = _Pushed()
 
-    def partitions(self) -> list[QueueRange]:
+    def partitions(self) -> list[InputPartition]:
         opts, p = self.opts, self.pushed
         store = _open_for_read(opts.path, opts.settings)
         queues = _selected_queues(store, opts)
@@ -702,13 +765,12 @@ class RmqStoreReader(DataSourceReader):
                 end = min(end, store.get_offset_in_queue_by_time(topic, qid, p.ts_until))
             if end > start:
                 ranges.append(QueueRange(topic, qid, start, end))
-        return _split(ranges, opts.min_partitions)
+        return _plan(ranges, opts)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, QueueRange):  # Spark's placeholder when nothing to read
-            return
         tags = tuple(sorted(self.pushed.tags)) if self.pushed.tags is not None else None
-        yield from _read_range(self.opts, self.target, partition, tags)
+        for part in _task_ranges(partition):
+            yield from _read_range(self.opts, self.target, part, tags)
 
 
 class RmqStorePushdownReader(RmqStoreReader):
@@ -844,7 +906,7 @@ class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> QueueOffsets | None:  # noqa: N802 - Spark's name
         return _to_json(self._latest) if self._latest is not None else None
 
-    def partitions(self, start: QueueOffsets, end: QueueOffsets) -> list[QueueRange]:
+    def partitions(self, start: QueueOffsets, end: QueueOffsets) -> list[InputPartition]:
         begin = _from_json(start)
         stop = _from_json(end)
         low = self._bounds()[0]
@@ -856,11 +918,11 @@ class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 offset = _data_loss(self.opts, q[0], q[1], offset, first)
             if until > offset:
                 ranges.append(QueueRange(q[0], q[1], offset, until))
-        return ranges
+        return _pack(ranges, self.opts.rows_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueRange)
-        yield from _read_range(self.opts, self.target, partition, None)
+        for part in _task_ranges(partition):
+            yield from _read_range(self.opts, self.target, part, None)
 
     def commit(self, end: QueueOffsets) -> None:
         group = self.opts.consumer_group

@@ -120,7 +120,8 @@ def test_pushdown_changes_plan_not_result(spark: Any, read_store: tuple[Path, in
     everything = stored_rows(path)
 
     def query() -> Any:
-        return _load(spark, path).where(
+        # One task per queue (no packing), to see which queues pushdown leaves.
+        return _load(spark, path, rowsPerPartition="1").where(
             (F.col("topic") == "TopicA")
             & F.col("queue_id").isin(0, 2)
             & (F.col("tags") == "TagA")
@@ -165,11 +166,38 @@ def test_time_pushdown_narrows_offsets(spark: Any, read_store: tuple[Path, int])
     df = _load(spark, path).where(F.col("store_timestamp") < bound)
     assert spark_rows(df) == [r for r in everything if r[4] < phase2]
     # TopicA queue 1 has no message after the bound: narrowed to nothing, it gets no task.
-    df = _load(spark, path).where(F.col("store_timestamp") > bound)
+    df = _load(spark, path, rowsPerPartition="1").where(F.col("store_timestamp") > bound)
     assert spark_rows(df) == [r for r in everything if r[4] > phase2]
     assert df.rdd.getNumPartitions() == 3
-    assert _load(spark, path).rdd.getNumPartitions() == 4
+    assert _load(spark, path, rowsPerPartition="1").rdd.getNumPartitions() == 4
     assert "store_timestamp" in _plan(df)
+
+
+def test_small_queues_share_read_tasks(spark: Any, read_store: tuple[Path, int]) -> None:
+    """Queues smaller than rowsPerPartition are packed into shared tasks (the default packs
+    this small store into one); the rows are the same however they are packed."""
+    path, _ = read_store
+    everything = stored_rows(path)
+    packed = _load(spark, path)
+    assert packed.rdd.getNumPartitions() == 1
+    assert spark_rows(packed) == everything
+    from pyspark.sql import functions as F  # noqa: N812
+
+    sizes: dict[tuple[str, int], int] = {}
+    for r in everything:
+        sizes[(r[0], r[1])] = sizes.get((r[0], r[1]), 0) + 1
+    one_each = _load(spark, path, rowsPerPartition="1")
+    assert one_each.rdd.getNumPartitions() == len(sizes)
+    assert spark_rows(one_each) == everything
+    # At most 25 rows per task, unless one queue alone holds more; fewer tasks than queues.
+    df = _load(spark, path, rowsPerPartition="25")
+    per_task = [r["count"] for r in df.groupBy(F.spark_partition_id()).count().collect()]
+    assert 1 < len(per_task) < len(sizes)
+    assert max(per_task) <= max(25, *sizes.values())
+    assert sum(per_task) == len(everything)
+    assert spark_rows(df) == everything
+    with pytest.raises(Exception, match="rowsPerPartition"):
+        _load(spark, path, rowsPerPartition="0").count()
 
 
 def test_nothing_selected_reads_no_rows(spark: Any, read_store: tuple[Path, int]) -> None:
