@@ -72,6 +72,7 @@ import os
 import re
 import shutil
 import sys
+import time
 import uuid
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -140,6 +141,8 @@ ROWS_PER_PARTITION = 250_000
 BATCH_ROWS = 64 * 1024
 #: Queues a written row without ``queue_id`` is spread over.
 DEFAULT_QUEUES = 8
+#: How long an aborted write job keeps removing files its last running tasks stage.
+ABORT_GRACE_SECONDS = 3.0
 #: Folder, inside the store folder, where write tasks stage their rows.
 STAGING_DIR = "spark-staging"
 
@@ -1038,6 +1041,14 @@ class RmqStoreWriter(DataSourceArrowWriter):
                     sink = pa.ipc.new_file(tmp, batch.schema)
                 sink.write_batch(batch)
                 rows += batch.num_rows
+        except BaseException:
+            # This attempt failed: its partial file is nobody's (a retry writes its own).
+            if sink is not None:
+                sink.close()
+                sink = None
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
         finally:
             if sink is not None:
                 sink.close()
@@ -1059,6 +1070,14 @@ class RmqStoreWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _remove_staging(self.path, self.job)
+        # Tasks of the failed job that were still running may finish their file just after:
+        # look again for a little while. (One that outlives this leaves a staged file, never
+        # messages in the store.)
+        deadline = time.monotonic() + ABORT_GRACE_SECONDS
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            if os.path.exists(_staging_dir(self.path, self.job)):
+                _remove_staging(self.path, self.job)
 
     def _append(self, staged: Sequence[StagedFile]) -> None:
         import pyarrow as pa

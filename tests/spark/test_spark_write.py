@@ -121,6 +121,7 @@ def test_failed_job_appends_nothing(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="this row always fails"):
         _write(_rows_with_udf(spark, _failing_body(None, 170), 200), path)
     assert _bodies(path) == [b"before"]
+    # abort() returns once its grace period for the job's last running tasks is over.
     assert not (path / "spark-staging").exists()
 
 
