@@ -22,6 +22,7 @@ from interop_harness import (
     b64,
     check_matches_described,
     expand,
+    expected_queries,
     rmq_dump,
     rmq_write,
 )
@@ -29,7 +30,7 @@ from rmqwire import read_commitlog, segment_files
 
 pytestmark = pytest.mark.interop
 
-SMALL = Sizes()  # 64 KiB commitlog, 50-unit consume queue, 64-slot/50-entry index files
+SMALL = Sizes()  # 64 KiB commitlog, 10-unit consume queue, 64-slot/50-entry index files
 
 
 def mixed_messages(seed: int, n: int, *, born: int = 1_700_000_000_000) -> list[dict[str, Any]]:
@@ -60,7 +61,9 @@ def mixed_messages(seed: int, n: int, *, born: int = 1_700_000_000_000) -> list[
             "flag": i % 3,
         }
         if kind == 5:
-            d["bodies"] = [b64(rng.randbytes(rng.randrange(0, 300))) for _ in range(rng.randint(2, 5))]
+            d["bodies"] = [
+                b64(rng.randbytes(rng.randrange(0, 300))) for _ in range(rng.randint(2, 5))
+            ]
         else:
             d["body"] = "" if kind == 0 else b64(rng.randbytes(rng.randrange(1, 1500)))
         out.append(d)
@@ -129,9 +132,11 @@ def test_one_writes_other_appends_both_read(
     store = tmp_path / "store"
     scratch = tmp_path / "scratch"
     parts = [mixed_messages(10 + i, 60, born=1_700_000_000_000 + 1000 * i) for i in range(3)]
-    order = ["rocketmq", "rmqstore", "rocketmq"] if first == "rocketmq" else [
-        "rmqstore", "rocketmq", "rmqstore"
-    ]
+    order = (
+        ["rocketmq", "rmqstore", "rocketmq"]
+        if first == "rocketmq"
+        else ["rmqstore", "rocketmq", "rmqstore"]
+    )
     puts: list[dict[str, Any]] = []
     for who, part in zip(order, parts, strict=True):
         if who == "rocketmq":
@@ -177,7 +182,7 @@ def test_four_mib_bodies(rocketmq: JavaHarness, tmp_path: Path, writer: str) -> 
         puts = rocketmq.write(store, BIG, described, tmp_path / "scratch")
     else:
         puts = rmq_write(store, BIG, described)
-    assert len(segment_files(store)) >= 3
+    assert len(segment_files(store)) >= 2
     ours = rmq_dump(store, BIG)
     check_matches_described(ours, described, puts, BIG)
     theirs = rocketmq.read(store, BIG)
@@ -204,9 +209,17 @@ def test_ipv6_store_host(rocketmq: JavaHarness, tmp_path: Path, writer: str) -> 
 
 
 def test_sigkill_of_the_rocketmq_writer(rocketmq: JavaHarness, tmp_path: Path) -> None:
-    """RocketMQ writes until SIGKILL; rmqstore's abnormal recovery keeps exactly what
-    RocketMQ's own recovery keeps (each on its own copy of the killed store), and both keep
-    every put RocketMQ acknowledged (the page cache survives the process)."""
+    """RocketMQ writes until SIGKILL; rmqstore's abnormal recovery keeps exactly the messages
+    RocketMQ's own recovery keeps (each on its own copy of the killed store: same queues,
+    offsets, fields), and both keep every put RocketMQ acknowledged (the page cache survives
+    the process).
+
+    Key lookups are where the two differ, and RocketMQ is the one that is wrong: its abnormal
+    recovery deletes the index files written after the checkpoint's index timestamp and
+    re-indexes only from the commitlog segment it restarts dispatch at, so keys of messages in
+    between can be lost and keys of messages after it are indexed twice (queryMessage returns
+    the same offset twice). rmqstore's lookups must equal the truth (every key finds the
+    messages carrying it), and RocketMQ's must be a subset of them."""
     import subprocess
     import time
 
@@ -214,25 +227,29 @@ def test_sigkill_of_the_rocketmq_writer(rocketmq: JavaHarness, tmp_path: Path) -
     seed = rng.randrange(1 << 30)
     rng.seed(seed)
     store = tmp_path / "store"
-    proc = subprocess.Popen(
-        rocketmq.command(SMALL, "write-forever", str(store)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     want = rng.randrange(300, 3000)
-    acked = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            acked.append(line)
-            if len(acked) >= want:
-                break
-        time.sleep(rng.random() * 0.05)
-    finally:
-        proc.kill()
-        proc.wait(30)
-    assert len(acked) >= want, f"writer stopped early: {proc.stderr.read() if proc.stderr else ''}"
+    acked: list[str] = []
+    stderr = tmp_path / "writer.stderr"
+    with (
+        open(stderr, "w") as err,
+        subprocess.Popen(
+            rocketmq.command(SMALL, "write-forever", str(store)),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        ) as proc,
+    ):
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                acked.append(line)
+                if len(acked) >= want:
+                    break
+            time.sleep(rng.random() * 0.05)
+        finally:
+            proc.kill()
+            proc.wait(30)
+    assert len(acked) >= want, f"writer stopped early: {stderr.read_text()[-3000:]}"
     assert (store / "abort").exists()
     copies = {who: tmp_path / who for who in ("rmqstore", "rocketmq")}
     for dst in copies.values():
@@ -240,7 +257,19 @@ def test_sigkill_of_the_rocketmq_writer(rocketmq: JavaHarness, tmp_path: Path) -
     ours = rmq_dump(copies["rmqstore"], SMALL)
     assert ours.extra["recovery"]["abnormal"] is True, seed
     theirs = rocketmq.read(copies["rocketmq"], SMALL)
-    assert_same_dump(ours, theirs)
+    assert_same_dump(ours, theirs, skip=("queries",))
+    truth = expected_queries(ours)
+    assert ours.queries == truth, seed
+    assert set(theirs.queries) == set(truth)
+    lost = duplicated = 0
+    for key, offsets in theirs.queries.items():
+        assert set(offsets) <= set(truth[key]), (seed, key)
+        lost += len(set(truth[key]) - set(offsets))
+        duplicated += len(offsets) - len(set(offsets))
+    print(
+        f"seed {seed}: {len(acked)} acked; RocketMQ's recovered index lost {lost} and "
+        f"duplicated {duplicated} of {sum(map(len, truth.values()))} key entries"
+    )
     kept = {m["commitLogOffset"] for m in ours.messages}
     import json
 
