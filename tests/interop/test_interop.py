@@ -76,18 +76,19 @@ def _files(path: Path, sub: str) -> list[Path]:
 
 def _commitlog_bytes(path: Path, end: int, segment: int) -> bytes:
     data = b"".join(p.read_bytes() for p in segment_files(path))
-    assert len(data) >= end and int(segment_files(path)[0].name) == 0
+    assert len(data) >= end
+    assert int(segment_files(path)[0].name) == 0
     assert len(data) % segment == 0
     return data[:end]
 
 
-def test_rocketmq_writes_rmqstore_reads(rocketmq: JavaHarness, tmp_path: Path) -> None:
+def test_rocketmq_writes_rmqstore_reads(referee: JavaHarness, tmp_path: Path) -> None:
     """RocketMQ writes; rmqstore reads the same messages at the same queue and commitlog
     offsets with the same properties and key lookups, and RocketMQ reading the store after
     rmqstore has opened and closed it sees exactly what rmqstore saw."""
     store = tmp_path / "store"
     described = mixed_messages(1, 200)
-    puts = rocketmq.write(store, SMALL, described, tmp_path / "scratch")
+    puts = referee.write(store, SMALL, described, tmp_path / "scratch")
     assert len(segment_files(store)) >= 3
     assert len(_files(store, "index")) >= 3
     theirs_before = _commitlog_bytes(store, puts[-1]["wroteOffset"], SMALL.commitlog)
@@ -96,11 +97,11 @@ def test_rocketmq_writes_rmqstore_reads(rocketmq: JavaHarness, tmp_path: Path) -
     check_matches_described(ours, described, puts, SMALL)
     # rmqstore's open and close did not change a byte of RocketMQ's records.
     assert _commitlog_bytes(store, len(theirs_before), SMALL.commitlog) == theirs_before
-    theirs = rocketmq.read(store, SMALL)
+    theirs = referee.read(store, SMALL)
     assert_same_dump(ours, theirs)
 
 
-def test_rmqstore_writes_rocketmq_reads(rocketmq: JavaHarness, tmp_path: Path) -> None:
+def test_rmqstore_writes_rocketmq_reads(referee: JavaHarness, tmp_path: Path) -> None:
     """rmqstore writes across several commitlog, consume queue and index files; RocketMQ's
     recovery keeps every byte (no truncation) and its getMessage, lookMessageByOffset and
     queryMessage return exactly what was written."""
@@ -113,7 +114,7 @@ def test_rmqstore_writes_rocketmq_reads(rocketmq: JavaHarness, tmp_path: Path) -
     records = read_commitlog(store)
     end = max(r.physical_offset + r.total_size for r in records.values())
     ours_bytes = _commitlog_bytes(store, end, SMALL.commitlog)
-    theirs = rocketmq.read(store, SMALL)
+    theirs = referee.read(store, SMALL)
     assert theirs.max_phy_offset == end
     check_matches_described(theirs, described, puts, SMALL)
     # RocketMQ's recovery and shutdown left every record byte where it was.
@@ -125,7 +126,7 @@ def test_rmqstore_writes_rocketmq_reads(rocketmq: JavaHarness, tmp_path: Path) -
 
 @pytest.mark.parametrize("first", ["rocketmq", "rmqstore"])
 def test_one_writes_other_appends_both_read(
-    rocketmq: JavaHarness, tmp_path: Path, first: str
+    referee: JavaHarness, tmp_path: Path, first: str
 ) -> None:
     """A store written by one, appended to by the other, then by the first again: both read
     the whole of it identically, and as written."""
@@ -140,13 +141,13 @@ def test_one_writes_other_appends_both_read(
     puts: list[dict[str, Any]] = []
     for who, part in zip(order, parts, strict=True):
         if who == "rocketmq":
-            puts += rocketmq.write(store, SMALL, part, scratch)
+            puts += referee.write(store, SMALL, part, scratch)
         else:
             puts += rmq_write(store, SMALL, part)
     described = [d for part in parts for d in part]
     ours = rmq_dump(store, SMALL)
     check_matches_described(ours, described, puts, SMALL)
-    theirs = rocketmq.read(store, SMALL)
+    theirs = referee.read(store, SMALL)
     assert_same_dump(ours, theirs)
 
 

@@ -19,21 +19,18 @@ import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentMap;
 import org.apache.rocketmq.common.BrokerConfig;
-import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageAccessor;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageExtBatch;
-import org.apache.rocketmq.common.message.MessageExtBrokerInner;
 import org.apache.rocketmq.store.DefaultMessageStore;
 import org.apache.rocketmq.store.GetMessageResult;
 import org.apache.rocketmq.store.PutMessageResult;
 import org.apache.rocketmq.store.QueryMessageResult;
 import org.apache.rocketmq.store.config.FlushDiskType;
 import org.apache.rocketmq.store.config.MessageStoreConfig;
-import org.apache.rocketmq.store.queue.ConsumeQueueInterface;
 import org.apache.rocketmq.store.stats.BrokerStatsManager;
 
 /**
@@ -49,6 +46,10 @@ import org.apache.rocketmq.store.stats.BrokerStatsManager;
  *
  * Options: --commitlog-size B, --cq-size B, --hash-slots N, --index-num N, --store-host IP:PORT,
  * --flush ASYNC_FLUSH|SYNC_FLUSH. Every output line is one JSON object with a "kind".
+ *
+ * <p>The same source builds against rocketmq-store 5.x (default profile) and 4.9.x (profile
+ * rmq4): the few places where their APIs differ (the store's constructor, the package of
+ * MessageExtBrokerInner, 5.x-only settings) go through reflection.
  */
 public final class Harness {
     private static final PrintStream OUT =
@@ -141,17 +142,84 @@ public final class Harness {
         cfg.setMaxHashSlotNum((int) opt("hash-slots", 5_000_000));
         cfg.setMaxIndexNum((int) opt("index-num", 20_000_000));
         cfg.setFlushDiskType(FlushDiskType.valueOf(opts.getOrDefault("flush", "ASYNC_FLUSH")));
-        // Only the commitlog, consume queues and index files: no compaction store, no HA port.
-        cfg.setEnableCompaction(false);
+        // Only the commitlog, consume queues and index files: no compaction store (5.x), no
+        // fixed HA port.
+        try {
+            MessageStoreConfig.class.getMethod("setEnableCompaction", boolean.class).invoke(cfg, false);
+        } catch (NoSuchMethodException absentIn4x) {
+            // 4.9.x has no compaction store
+        }
         cfg.setHaListenPort(0);
         storeHost = parseHost(opts.getOrDefault("store-host", "127.0.0.1:10911"));
         BrokerConfig broker = new BrokerConfig();
-        ConcurrentMap<String, TopicConfig> topics = new ConcurrentHashMap<>();
-        store = new DefaultMessageStore(cfg, new BrokerStatsManager(broker), null, broker, topics);
+        BrokerStatsManager stats = new BrokerStatsManager(broker.getBrokerClusterName(), true);
+        store = newStore(cfg, stats, broker);
         if (!store.load()) {
             throw new IllegalStateException("DefaultMessageStore.load() returned false for " + root);
         }
         store.start();
+    }
+
+    /** 5.x: (config, stats, listener, brokerConfig, topicConfigTable); 4.9.x: the first four. */
+    private static DefaultMessageStore newStore(MessageStoreConfig cfg, BrokerStatsManager stats, BrokerConfig broker)
+        throws Exception {
+        for (java.lang.reflect.Constructor<?> c : DefaultMessageStore.class.getConstructors()) {
+            Class<?>[] p = c.getParameterTypes();
+            if (p.length == 5 && p[0] == MessageStoreConfig.class && p[4] == ConcurrentMap.class) {
+                return (DefaultMessageStore) c.newInstance(cfg, stats, null, broker, new ConcurrentHashMap<>());
+            }
+            if (p.length == 4 && p[0] == MessageStoreConfig.class && p[3] == BrokerConfig.class) {
+                return (DefaultMessageStore) c.newInstance(cfg, stats, null, broker);
+            }
+        }
+        throw new IllegalStateException("no known DefaultMessageStore constructor");
+    }
+
+    /** MessageExtBrokerInner: org.apache.rocketmq.common.message in 5.x, .store in 4.9.x. */
+    private static final Class<?> INNER;
+    private static final java.lang.reflect.Method PUT_MESSAGE;
+    private static final java.lang.reflect.Method SET_PROPERTIES_STRING;
+    private static final java.lang.reflect.Method SET_TAGS_CODE;
+
+    static {
+        Class<?> inner;
+        try {
+            inner = Class.forName("org.apache.rocketmq.common.message.MessageExtBrokerInner");
+        } catch (ClassNotFoundException e) {
+            try {
+                inner = Class.forName("org.apache.rocketmq.store.MessageExtBrokerInner");
+            } catch (ClassNotFoundException e2) {
+                throw new ExceptionInInitializerError(e2);
+            }
+        }
+        INNER = inner;
+        try {
+            PUT_MESSAGE = DefaultMessageStore.class.getMethod("putMessage", INNER);
+            SET_PROPERTIES_STRING = INNER.getMethod("setPropertiesString", String.class);
+            SET_TAGS_CODE = INNER.getMethod("setTagsCode", long.class);
+        } catch (NoSuchMethodException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
+
+    /** A MessageExtBrokerInner with every field the store needs, put with putMessage. */
+    private PutMessageResult putInner(String topic, int queueId, int flag, byte[] body, Map<String, String> props,
+        long born, InetSocketAddress bornHost) throws Exception {
+        MessageExt m = (MessageExt) INNER.getConstructor().newInstance();
+        m.setTopic(topic);
+        m.setQueueId(queueId);
+        m.setFlag(flag);
+        m.setBody(body);
+        MessageAccessor.setProperties(m, new java.util.HashMap<>(props));
+        SET_PROPERTIES_STRING.invoke(m, propertiesString(props));
+        String tags = props.get(MessageConst.PROPERTY_TAGS);
+        SET_TAGS_CODE.invoke(m, tags == null || tags.isEmpty() ? 0L : (long) tags.hashCode());
+        m.setBornTimestamp(born);
+        m.setBornHost(bornHost);
+        m.setStoreHost(storeHost);
+        m.setSysFlag(0);
+        m.setReconsumeTimes(0);
+        return (PutMessageResult) PUT_MESSAGE.invoke(store, m);
     }
 
     private void waitDispatched() throws InterruptedException {
@@ -235,21 +303,8 @@ public final class Harness {
             b.setSysFlag(0);
             return store.putMessages(b);
         }
-        MessageExtBrokerInner m = new MessageExtBrokerInner();
-        m.setTopic(topic);
-        m.setQueueId(queueId);
-        m.setFlag(flag);
-        m.setBody(Base64.getDecoder().decode((String) d.get("body")));
-        MessageAccessor.setProperties(m, new java.util.HashMap<>(props));
-        m.setPropertiesString(propertiesString(props));
-        String tags = props.get(MessageConst.PROPERTY_TAGS);
-        m.setTagsCode(tags == null || tags.isEmpty() ? 0 : tags.hashCode());
-        m.setBornTimestamp(born);
-        m.setBornHost(bornHost);
-        m.setStoreHost(storeHost);
-        m.setSysFlag(0);
-        m.setReconsumeTimes(0);
-        return store.putMessage(m);
+        return putInner(topic, queueId, flag, Base64.getDecoder().decode((String) d.get("body")), props, born,
+            bornHost);
     }
 
     private static Map<String, Object> putLine(PutMessageResult r) {
@@ -345,9 +400,9 @@ public final class Harness {
     }
 
     private static MessageExt decode(ByteBuffer buf) {
-        MessageExt m = MessageDecoder.decode(buf, true, false, false, false, true);
+        MessageExt m = MessageDecoder.decode(buf, true, false, false);
         if (m == null) {
-            throw new IllegalStateException("MessageDecoder.decode failed (CRC checked)");
+            throw new IllegalStateException("MessageDecoder.decode failed");
         }
         return m;
     }
@@ -362,7 +417,7 @@ public final class Harness {
         info.put("dispatchBehindBytes", store.dispatchBehindBytes());
         OUT.println(Json.write(info));
         Map<String, Map<Long, Long>> queues = new TreeMap<>();
-        for (Map.Entry<String, ConcurrentMap<Integer, ConsumeQueueInterface>> t : store.getConsumeQueueTable().entrySet()) {
+        for (Map.Entry<String, ? extends Map<Integer, ?>> t : store.getConsumeQueueTable().entrySet()) {
             Map<Long, Long> q = new TreeMap<>();
             for (Integer qid : t.getValue().keySet()) {
                 q.put((long) qid, 0L);
@@ -458,7 +513,6 @@ public final class Harness {
         java.util.Arrays.fill(body, (byte) 'b');
         Map<String, String> props = new LinkedHashMap<>();
         props.put(MessageConst.PROPERTY_TAGS, "TagA");
-        String propStr = propertiesString(props);
         InetSocketAddress bornHost = parseHost("10.0.0.1:4000");
         int warm = (int) opt("warmup", Math.min(n, 20_000));
         long start = 0;
@@ -466,17 +520,7 @@ public final class Harness {
             if (i == 0) {
                 start = System.nanoTime();
             }
-            MessageExtBrokerInner m = new MessageExtBrokerInner();
-            m.setTopic("BenchTopic");
-            m.setQueueId(i & 3);
-            m.setBody(body);
-            MessageAccessor.setProperties(m, new java.util.HashMap<>(props));
-            m.setPropertiesString(propStr);
-            m.setTagsCode("TagA".hashCode());
-            m.setBornTimestamp(System.currentTimeMillis());
-            m.setBornHost(bornHost);
-            m.setStoreHost(storeHost);
-            PutMessageResult r = store.putMessage(m);
+            PutMessageResult r = putInner("BenchTopic", i & 3, 0, body, props, System.currentTimeMillis(), bornHost);
             if (!r.isOk()) {
                 throw new IllegalStateException("put " + i + ": " + r.getPutMessageStatus());
             }
