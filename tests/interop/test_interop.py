@@ -321,3 +321,26 @@ def test_zero_byte_index_file_left_by_a_crash(rocketmq: JavaHarness, tmp_path: P
     assert len(theirs.messages) == len(expand(described))
     ours = rmq_dump(copies["rmqstore"], SMALL)  # raises StoreCorruptedError today
     assert_same_dump(ours, theirs, skip=("queries",))
+
+
+def test_side_by_side_benchmark_runs(rocketmq: JavaHarness, tmp_path: Path) -> None:
+    """benches/interop_side_by_side.py (the issue's side-by-side figure) still runs: a tiny
+    round of each side, both rates measured and the ratio printed (figures: benches/README)."""
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benches" / "interop_side_by_side.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--n", "2000", "--warmup", "200", "--size", "128",
+         "--rounds", "1", "--segment", str(4 * 1024 * 1024), "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "ratio" in lines[0]
+    (res,) = json.loads(lines[-1])
+    assert res["rocketmq_msgs_per_s"] > 0
+    assert res["rmqstore_msgs_per_s"] > 0
+    ratio = res["rmqstore_msgs_per_s"] / res["rocketmq_msgs_per_s"]
+    assert abs(res["ratio"] - ratio) < 0.02
