@@ -27,12 +27,11 @@ import rmqstore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "interop"))
 
-from interop_harness import JavaHarness, Sizes
+from interop_harness import JavaHarness, Sizes, build_harness
 
 
 def java_harness(home: Path) -> JavaHarness:
-    from conftest import build_harness  # the interop tests' Maven build (offline when warm)
-
+    """The interop tests' harness, built by their Maven build (offline when warm)."""
     java = shutil.which("java")
     if java is None or shutil.which("mvn") is None:
         raise SystemExit("java and mvn are needed for the RocketMQ side")
