@@ -209,6 +209,24 @@ def test_ipv6_store_host(rocketmq: JavaHarness, tmp_path: Path, writer: str) -> 
     assert_same_dump(ours, theirs)
 
 
+SYNC = Sizes(flush="SYNC_FLUSH")
+
+
+@pytest.mark.parametrize("writer", ["rocketmq", "rmqstore"])
+def test_sync_flush_both_ways(rocketmq: JavaHarness, tmp_path: Path, writer: str) -> None:
+    """SYNC_FLUSH on both sides (dispatch bounded by the flushed offset): the same store."""
+    store = tmp_path / "store"
+    described = mixed_messages(6, 40)
+    if writer == "rocketmq":
+        puts = rocketmq.write(store, SYNC, described, tmp_path / "scratch")
+    else:
+        puts = rmq_write(store, SYNC, described)
+    ours = rmq_dump(store, SYNC)
+    check_matches_described(ours, described, puts, SYNC)
+    theirs = rocketmq.read(store, SYNC)
+    assert_same_dump(ours, theirs)
+
+
 def test_sigkill_of_the_rocketmq_writer(rocketmq: JavaHarness, tmp_path: Path) -> None:
     """RocketMQ writes until SIGKILL; rmqstore's abnormal recovery keeps exactly the messages
     RocketMQ's own recovery keeps (each on its own copy of the killed store: same queues,
