@@ -10,7 +10,7 @@ STORE  ?= ./demo-store
 # Rust and Python sources that go into the wheel.
 SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name 'Cargo.toml' \) 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
 
-.PHONY: demo test wheel lint rust-test py-test bench bench-quick fmt clean
+.PHONY: demo test wheel lint rust-test py-test bench bench-quick bench-interop fmt clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ bench: $(WHEEL)
 	$(BIN)/pytest -q benches --benchmark-json=bench-results/full.json \
 		--benchmark-columns=median,min,rounds
 	$(BIN)/python benches/report.py bench-results/full.json
+
+# Issue 6: Apache RocketMQ's own putMessage against rmqstore's put_message, same run (needs
+# java and mvn; the interop tests' Maven build of tests/interop/java).
+bench-interop: $(WHEEL)
+	$(BIN)/python benches/interop_side_by_side.py
 
 test: lint rust-test py-test bench-quick
 

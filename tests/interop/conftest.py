@@ -1,0 +1,60 @@
+"""Issue 6: Apache RocketMQ's own store as the referee.
+
+The session fixture ``rocketmq`` builds the Java harness in ``java/`` with Maven once (offline
+when the local repository already holds the dependencies, online otherwise) and returns a
+runner. Without ``java`` or ``mvn`` every interop test is skipped with a reason that names what
+is missing; a failing build fails the tests (it never skips them).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+# Appended, not prepended: ``from conftest import ...`` in tests/ must keep finding
+# tests/conftest.py.
+sys.path.append(str(Path(__file__).resolve().parent))
+pytest.register_assert_rewrite("interop_harness")
+
+from interop_harness import BuildError, JavaHarness, build_harness  # noqa: E402 - path above
+
+
+def _harness(tmp_path_factory: pytest.TempPathFactory, profile: str) -> JavaHarness:
+    java, mvn = shutil.which("java"), shutil.which("mvn")
+    missing = [name for name, path in (("java", java), ("mvn", mvn)) if path is None]
+    if missing:
+        pytest.skip(
+            f"INTEROP TESTS SKIPPED: {' and '.join(missing)} not found on PATH; issue 6's "
+            "compatibility proof against Apache RocketMQ's store needs Java 17 and Maven"
+        )
+    assert java is not None
+    try:
+        classpath = build_harness(profile)
+    except BuildError as e:
+        pytest.fail(str(e), pytrace=False)
+    return JavaHarness(
+        java=java, classpath=classpath, home=tmp_path_factory.mktemp(f"jvm-home-{profile}")
+    )
+
+
+@pytest.fixture(scope="session")
+def rocketmq(tmp_path_factory: pytest.TempPathFactory) -> JavaHarness:
+    """Apache RocketMQ's store, current 5.x release (pom.xml's rocketmq.version)."""
+    return _harness(tmp_path_factory, "rmq5")
+
+
+@pytest.fixture(scope="session")
+def rocketmq4(tmp_path_factory: pytest.TempPathFactory) -> JavaHarness:
+    """Apache RocketMQ's store, 4.9.x line (profile rmq4)."""
+    return _harness(tmp_path_factory, "rmq4")
+
+
+@pytest.fixture(params=["rmq5", "rmq4"])
+def referee(request: pytest.FixtureRequest) -> JavaHarness:
+    """Both published lines of RocketMQ's store, one after the other."""
+    name = "rocketmq" if request.param == "rmq5" else "rocketmq4"
+    harness: JavaHarness = request.getfixturevalue(name)
+    return harness

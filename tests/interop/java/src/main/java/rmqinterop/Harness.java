@@ -1,0 +1,539 @@
+package rmqinterop;
+
+import java.io.BufferedReader;
+import java.io.PrintStream;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentMap;
+import org.apache.rocketmq.common.BrokerConfig;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageAccessor;
+import org.apache.rocketmq.common.message.MessageConst;
+import org.apache.rocketmq.common.message.MessageDecoder;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageExtBatch;
+import org.apache.rocketmq.store.DefaultMessageStore;
+import org.apache.rocketmq.store.GetMessageResult;
+import org.apache.rocketmq.store.PutMessageResult;
+import org.apache.rocketmq.store.QueryMessageResult;
+import org.apache.rocketmq.store.config.FlushDiskType;
+import org.apache.rocketmq.store.config.MessageStoreConfig;
+import org.apache.rocketmq.store.stats.BrokerStatsManager;
+
+/**
+ * Drives Apache RocketMQ's own {@link DefaultMessageStore} from the command line, for
+ * rmqstore's interop tests (tests/interop). Commands (options first, then the command):
+ *
+ * <pre>
+ *   write  STORE MESSAGES.jsonl   put every described message, wait for dispatch, shut down
+ *   write-forever STORE           put numbered messages until killed (prints each put result)
+ *   read   STORE                  load + start an existing store, dump it as JSON lines
+ *   bench  STORE N SIZE           time N puts of SIZE-byte bodies, print messages/s
+ * </pre>
+ *
+ * Options: --commitlog-size B, --cq-size B, --hash-slots N, --index-num N, --store-host IP:PORT,
+ * --flush ASYNC_FLUSH|SYNC_FLUSH. Every output line is one JSON object with a "kind".
+ *
+ * <p>The same source builds against rocketmq-store 5.x (default profile) and 4.9.x (profile
+ * rmq4): the few places where their APIs differ (the store's constructor, the package of
+ * MessageExtBrokerInner, 5.x-only settings) go through reflection.
+ */
+public final class Harness {
+    private static final PrintStream OUT =
+        new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), true, StandardCharsets.US_ASCII);
+
+    private final Map<String, String> opts;
+    private final String root;
+    private DefaultMessageStore store;
+    private InetSocketAddress storeHost;
+
+    private Harness(Map<String, String> opts, String root) {
+        this.opts = opts;
+        this.root = root;
+    }
+
+    public static void main(String[] args) throws Exception {
+        Map<String, String> opts = new LinkedHashMap<>();
+        List<String> rest = new ArrayList<>();
+        for (int i = 0; i < args.length; i++) {
+            if (args[i].startsWith("--")) {
+                opts.put(args[i].substring(2), args[++i]);
+            } else {
+                rest.add(args[i]);
+            }
+        }
+        if (rest.size() < 2) {
+            System.err.println("usage: Harness [options] write|write-forever|read|bench STORE ...");
+            System.exit(2);
+        }
+        Harness h = new Harness(opts, rest.get(1));
+        int rc;
+        try {
+            rc = h.run(rest);
+        } catch (Throwable t) {
+            t.printStackTrace();
+            rc = 3;
+        }
+        // Store threads are not all daemons: leave without waiting for them.
+        Runtime.getRuntime().halt(rc);
+    }
+
+    private int run(List<String> rest) throws Exception {
+        int rc;
+        switch (rest.get(0)) {
+            case "write":
+                rc = write(Paths.get(rest.get(2)));
+                break;
+            case "write-forever":
+                rc = writeForever();
+                break;
+            case "read":
+                rc = read();
+                break;
+            case "bench":
+                rc = bench(Integer.parseInt(rest.get(2)), Integer.parseInt(rest.get(3)));
+                break;
+            default:
+                System.err.println("unknown command " + rest.get(0));
+                rc = 2;
+        }
+        return rc;
+    }
+
+    private long opt(String name, long dflt) {
+        String v = opts.get(name);
+        return v == null ? dflt : Long.parseLong(v);
+    }
+
+    static InetSocketAddress parseHost(String hostPort) throws Exception {
+        int colon = hostPort.lastIndexOf(':');
+        String host = hostPort.substring(0, colon);
+        if (host.startsWith("[")) {
+            host = host.substring(1, host.length() - 1);
+        }
+        return new InetSocketAddress(InetAddress.getByName(host), Integer.parseInt(hostPort.substring(colon + 1)));
+    }
+
+    static String hostText(java.net.SocketAddress addr) {
+        InetSocketAddress a = (InetSocketAddress) addr;
+        String ip = a.getAddress().getHostAddress();
+        return (ip.contains(":") ? "[" + ip + "]" : ip) + ":" + a.getPort();
+    }
+
+    private void open() throws Exception {
+        MessageStoreConfig cfg = new MessageStoreConfig();
+        cfg.setStorePathRootDir(root);
+        cfg.setStorePathCommitLog(Paths.get(root, "commitlog").toString());
+        cfg.setMappedFileSizeCommitLog((int) opt("commitlog-size", 1024L * 1024 * 1024));
+        cfg.setMappedFileSizeConsumeQueue((int) opt("cq-size", 300_000L * 20));
+        cfg.setMaxHashSlotNum((int) opt("hash-slots", 5_000_000));
+        cfg.setMaxIndexNum((int) opt("index-num", 20_000_000));
+        cfg.setFlushDiskType(FlushDiskType.valueOf(opts.getOrDefault("flush", "ASYNC_FLUSH")));
+        // Only the commitlog, consume queues and index files: no compaction store (5.x), no
+        // fixed HA port.
+        try {
+            MessageStoreConfig.class.getMethod("setEnableCompaction", boolean.class).invoke(cfg, false);
+        } catch (NoSuchMethodException absentIn4x) {
+            // 4.9.x has no compaction store
+        }
+        cfg.setHaListenPort(0);
+        storeHost = parseHost(opts.getOrDefault("store-host", "127.0.0.1:10911"));
+        BrokerConfig broker = new BrokerConfig();
+        BrokerStatsManager stats = new BrokerStatsManager(broker.getBrokerClusterName(), true);
+        store = newStore(cfg, stats, broker);
+        if (!store.load()) {
+            throw new IllegalStateException("DefaultMessageStore.load() returned false for " + root);
+        }
+        store.start();
+    }
+
+    /** 5.x: (config, stats, listener, brokerConfig, topicConfigTable); 4.9.x: the first four. */
+    private static DefaultMessageStore newStore(MessageStoreConfig cfg, BrokerStatsManager stats, BrokerConfig broker)
+        throws Exception {
+        for (java.lang.reflect.Constructor<?> c : DefaultMessageStore.class.getConstructors()) {
+            Class<?>[] p = c.getParameterTypes();
+            if (p.length == 5 && p[0] == MessageStoreConfig.class && p[4] == ConcurrentMap.class) {
+                return (DefaultMessageStore) c.newInstance(cfg, stats, null, broker, new ConcurrentHashMap<>());
+            }
+            if (p.length == 4 && p[0] == MessageStoreConfig.class && p[3] == BrokerConfig.class) {
+                return (DefaultMessageStore) c.newInstance(cfg, stats, null, broker);
+            }
+        }
+        throw new IllegalStateException("no known DefaultMessageStore constructor");
+    }
+
+    /** MessageExtBrokerInner: org.apache.rocketmq.common.message in 5.x, .store in 4.9.x. */
+    private static final Class<?> INNER;
+    private static final java.lang.reflect.Method PUT_MESSAGE;
+    private static final java.lang.reflect.Method SET_PROPERTIES_STRING;
+    private static final java.lang.reflect.Method SET_TAGS_CODE;
+
+    static {
+        Class<?> inner;
+        try {
+            inner = Class.forName("org.apache.rocketmq.common.message.MessageExtBrokerInner");
+        } catch (ClassNotFoundException e) {
+            try {
+                inner = Class.forName("org.apache.rocketmq.store.MessageExtBrokerInner");
+            } catch (ClassNotFoundException e2) {
+                throw new ExceptionInInitializerError(e2);
+            }
+        }
+        INNER = inner;
+        try {
+            PUT_MESSAGE = DefaultMessageStore.class.getMethod("putMessage", INNER);
+            SET_PROPERTIES_STRING = INNER.getMethod("setPropertiesString", String.class);
+            SET_TAGS_CODE = INNER.getMethod("setTagsCode", long.class);
+        } catch (NoSuchMethodException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
+
+    /** A MessageExtBrokerInner with every field the store needs, put with putMessage. */
+    private PutMessageResult putInner(String topic, int queueId, int flag, byte[] body, Map<String, String> props,
+        long born, InetSocketAddress bornHost) throws Exception {
+        MessageExt m = (MessageExt) INNER.getConstructor().newInstance();
+        m.setTopic(topic);
+        m.setQueueId(queueId);
+        m.setFlag(flag);
+        m.setBody(body);
+        MessageAccessor.setProperties(m, new java.util.HashMap<>(props));
+        SET_PROPERTIES_STRING.invoke(m, propertiesString(props));
+        String tags = props.get(MessageConst.PROPERTY_TAGS);
+        SET_TAGS_CODE.invoke(m, tags == null || tags.isEmpty() ? 0L : (long) tags.hashCode());
+        m.setBornTimestamp(born);
+        m.setBornHost(bornHost);
+        m.setStoreHost(storeHost);
+        m.setSysFlag(0);
+        m.setReconsumeTimes(0);
+        return (PutMessageResult) PUT_MESSAGE.invoke(store, m);
+    }
+
+    private void waitDispatched() throws InterruptedException {
+        long deadline = System.currentTimeMillis() + 60_000;
+        while (store.dispatchBehindBytes() > 0) {
+            if (System.currentTimeMillis() > deadline) {
+                throw new IllegalStateException("dispatch still behind by " + store.dispatchBehindBytes());
+            }
+            Thread.sleep(5);
+        }
+    }
+
+    private void close() {
+        store.shutdown();
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("kind", "closed");
+        o.put("abortFileLeft", Files.exists(Paths.get(root, "abort")));
+        OUT.println(Json.write(o));
+    }
+
+    // -- write ---------------------------------------------------------------------------
+
+    /** name\1value\2 for every entry, in the given order (MessageDecoder's format). */
+    static String propertiesString(Map<String, String> props) {
+        StringBuilder b = new StringBuilder();
+        for (Map.Entry<String, String> e : props.entrySet()) {
+            b.append(e.getKey()).append(MessageDecoder.NAME_VALUE_SEPARATOR)
+                .append(e.getValue()).append(MessageDecoder.PROPERTY_SEPARATOR);
+        }
+        return b.toString();
+    }
+
+    /** TAGS, KEYS (space-joined), then the described properties, in that order. */
+    @SuppressWarnings("unchecked")
+    static Map<String, String> describedProperties(Map<String, Object> d) {
+        Map<String, String> props = new LinkedHashMap<>();
+        Object tags = d.get("tags");
+        if (tags != null) {
+            props.put(MessageConst.PROPERTY_TAGS, (String) tags);
+        }
+        Object keys = d.get("keys");
+        if (keys instanceof List && !((List<Object>) keys).isEmpty()) {
+            props.put(MessageConst.PROPERTY_KEYS, String.join(MessageConst.KEY_SEPARATOR, (List<String>) keys));
+        }
+        Object extra = d.get("properties");
+        if (extra != null) {
+            for (Map.Entry<String, Object> e : ((Map<String, Object>) extra).entrySet()) {
+                props.put(e.getKey(), (String) e.getValue());
+            }
+        }
+        return props;
+    }
+
+    private PutMessageResult putDescribed(Map<String, Object> d) throws Exception {
+        String topic = (String) d.get("topic");
+        int queueId = ((Long) d.get("queueId")).intValue();
+        int flag = d.get("flag") == null ? 0 : ((Long) d.get("flag")).intValue();
+        long born = (Long) d.get("bornTimestamp");
+        InetSocketAddress bornHost = parseHost((String) d.get("bornHost"));
+        Map<String, String> props = describedProperties(d);
+        Object bodies = d.get("bodies");
+        if (bodies != null) {
+            List<Message> batch = new ArrayList<>();
+            for (Object b64 : (List<?>) bodies) {
+                Message m = new Message(topic, Base64.getDecoder().decode((String) b64));
+                // The client constructor adds WAIT=true; the described properties are all there is.
+                MessageAccessor.clearProperty(m, MessageConst.PROPERTY_WAIT_STORE_MSG_OK);
+                m.setFlag(flag);
+                for (Map.Entry<String, String> e : props.entrySet()) {
+                    MessageAccessor.putProperty(m, e.getKey(), e.getValue());
+                }
+                batch.add(m);
+            }
+            MessageExtBatch b = new MessageExtBatch();
+            b.setTopic(topic);
+            b.setQueueId(queueId);
+            b.setBody(MessageDecoder.encodeMessages(batch));
+            b.setBornTimestamp(born);
+            b.setBornHost(bornHost);
+            b.setStoreHost(storeHost);
+            b.setSysFlag(0);
+            return store.putMessages(b);
+        }
+        return putInner(topic, queueId, flag, Base64.getDecoder().decode((String) d.get("body")), props, born,
+            bornHost);
+    }
+
+    private static Map<String, Object> putLine(PutMessageResult r) {
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("kind", "put");
+        o.put("status", r.getPutMessageStatus().name());
+        if (r.getAppendMessageResult() != null) {
+            o.put("wroteOffset", r.getAppendMessageResult().getWroteOffset());
+            o.put("wroteBytes", r.getAppendMessageResult().getWroteBytes());
+            o.put("queueOffset", r.getAppendMessageResult().getLogicsOffset());
+            o.put("msgNum", (long) r.getAppendMessageResult().getMsgNum());
+            o.put("msgId", r.getAppendMessageResult().getMsgId());
+        }
+        return o;
+    }
+
+    @SuppressWarnings("unchecked")
+    private int write(Path messages) throws Exception {
+        open();
+        int failed = 0;
+        try (BufferedReader in = Files.newBufferedReader(messages, StandardCharsets.UTF_8)) {
+            String line;
+            while ((line = in.readLine()) != null) {
+                if (line.isBlank()) {
+                    continue;
+                }
+                PutMessageResult r = putDescribed((Map<String, Object>) Json.parse(line));
+                if (!r.isOk()) {
+                    failed++;
+                }
+                OUT.println(Json.write(putLine(r)));
+            }
+        }
+        waitDispatched();
+        close();
+        return failed == 0 ? 0 : 1;
+    }
+
+    /** Numbered messages, each with a key, until the process is killed. */
+    private int writeForever() throws Exception {
+        open();
+        long delayMs = opt("delay-ms", 0);
+        int bodySize = (int) opt("body-size", 100);
+        int queues = (int) opt("queues", 4);
+        for (long i = 0; ; i++) {
+            Map<String, Object> d = new LinkedHashMap<>();
+            d.put("topic", "KillTopic");
+            d.put("queueId", i % queues);
+            d.put("tags", "T" + (i % 3));
+            d.put("keys", List.of("k" + i));
+            byte[] body = new byte[bodySize];
+            byte[] num = Long.toString(i).getBytes(StandardCharsets.US_ASCII);
+            java.util.Arrays.fill(body, (byte) 'x');
+            System.arraycopy(num, 0, body, 0, Math.min(num.length, bodySize));
+            d.put("body", Base64.getEncoder().encodeToString(body));
+            d.put("bornTimestamp", 1_700_000_000_000L + i);
+            d.put("bornHost", "10.0.0.1:4000");
+            Map<String, Object> o = putLine(putDescribed(d));
+            o.put("seq", i);
+            OUT.println(Json.write(o));
+            if (delayMs > 0) {
+                Thread.sleep(delayMs);
+            }
+        }
+    }
+
+    // -- read ----------------------------------------------------------------------------
+
+    static Map<String, Object> describe(MessageExt m) {
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("topic", m.getTopic());
+        o.put("queueId", (long) m.getQueueId());
+        o.put("queueOffset", m.getQueueOffset());
+        o.put("commitLogOffset", m.getCommitLogOffset());
+        o.put("storeSize", (long) m.getStoreSize());
+        o.put("storeTimestamp", m.getStoreTimestamp());
+        o.put("bornTimestamp", m.getBornTimestamp());
+        o.put("sysFlag", (long) m.getSysFlag());
+        o.put("flag", (long) m.getFlag());
+        o.put("bodyCRC", (long) m.getBodyCRC());
+        o.put("reconsumeTimes", (long) m.getReconsumeTimes());
+        o.put("preparedTransactionOffset", m.getPreparedTransactionOffset());
+        o.put("bornHost", hostText(m.getBornHost()));
+        o.put("storeHost", hostText(m.getStoreHost()));
+        o.put("msgId", m.getMsgId());
+        Map<String, Object> props = new TreeMap<>();
+        if (m.getProperties() != null) {
+            props.putAll(m.getProperties());
+        }
+        o.put("properties", props);
+        o.put("body", m.getBody() == null ? new byte[0] : m.getBody());
+        return o;
+    }
+
+    private static MessageExt decode(ByteBuffer buf) {
+        MessageExt m = MessageDecoder.decode(buf, true, false, false);
+        if (m == null) {
+            throw new IllegalStateException("MessageDecoder.decode failed");
+        }
+        return m;
+    }
+
+    private int read() throws Exception {
+        open();
+        waitDispatched();
+        Map<String, Object> info = new LinkedHashMap<>();
+        info.put("kind", "info");
+        info.put("minPhyOffset", store.getMinPhyOffset());
+        info.put("maxPhyOffset", store.getMaxPhyOffset());
+        info.put("dispatchBehindBytes", store.dispatchBehindBytes());
+        OUT.println(Json.write(info));
+        Map<String, Map<Long, Long>> queues = new TreeMap<>();
+        for (Map.Entry<String, ? extends Map<Integer, ?>> t : store.getConsumeQueueTable().entrySet()) {
+            Map<Long, Long> q = new TreeMap<>();
+            for (Integer qid : t.getValue().keySet()) {
+                q.put((long) qid, 0L);
+            }
+            queues.put(t.getKey(), q);
+        }
+        LinkedHashSet<String> keys = new LinkedHashSet<>();
+        for (Map.Entry<String, Map<Long, Long>> t : queues.entrySet()) {
+            String topic = t.getKey();
+            for (Long qidL : t.getValue().keySet()) {
+                int qid = qidL.intValue();
+                long min = store.getMinOffsetInQueue(topic, qid);
+                long max = store.getMaxOffsetInQueue(topic, qid);
+                Map<String, Object> qo = new LinkedHashMap<>();
+                qo.put("kind", "queue");
+                qo.put("topic", topic);
+                qo.put("queueId", (long) qid);
+                qo.put("minOffset", min);
+                qo.put("maxOffset", max);
+                OUT.println(Json.write(qo));
+                long offset = min;
+                while (offset < max) {
+                    GetMessageResult r = store.getMessage("interop", topic, qid, offset, 32, null);
+                    if (r == null || r.getMessageBufferList().isEmpty()) {
+                        Map<String, Object> e = new LinkedHashMap<>();
+                        e.put("kind", "getMessageStopped");
+                        e.put("topic", topic);
+                        e.put("queueId", (long) qid);
+                        e.put("offset", offset);
+                        e.put("status", r == null ? "null" : r.getStatus().name());
+                        OUT.println(Json.write(e));
+                        break;
+                    }
+                    try {
+                        for (ByteBuffer buf : r.getMessageBufferList()) {
+                            MessageExt m = decode(buf.slice());
+                            Map<String, Object> o = describe(m);
+                            o.put("kind", "msg");
+                            OUT.println(Json.write(o));
+                            String uniq = m.getProperty(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX);
+                            if (uniq != null && !uniq.isEmpty()) {
+                                keys.add(topic + "\u0000" + uniq);
+                            }
+                            String ks = m.getKeys();
+                            if (ks != null) {
+                                for (String k : ks.split(MessageConst.KEY_SEPARATOR)) {
+                                    if (!k.isEmpty()) {
+                                        keys.add(topic + "\u0000" + k);
+                                    }
+                                }
+                            }
+                            MessageExt looked = store.lookMessageByOffset(m.getCommitLogOffset());
+                            Map<String, Object> lo = looked == null ? new LinkedHashMap<>() : describe(looked);
+                            lo.put("kind", "look");
+                            lo.put("offset", m.getCommitLogOffset());
+                            OUT.println(Json.write(lo));
+                        }
+                        offset = r.getNextBeginOffset();
+                    } finally {
+                        r.release();
+                    }
+                }
+            }
+        }
+        for (String tk : keys) {
+            String topic = tk.substring(0, tk.indexOf('\u0000'));
+            String key = tk.substring(tk.indexOf('\u0000') + 1);
+            QueryMessageResult q = store.queryMessage(topic, key, 64, 0, Long.MAX_VALUE);
+            List<Object> offsets = new ArrayList<>();
+            try {
+                for (ByteBuffer buf : q.getMessageBufferList()) {
+                    offsets.add(decode(buf.slice()).getCommitLogOffset());
+                }
+            } finally {
+                q.release();
+            }
+            Map<String, Object> o = new LinkedHashMap<>();
+            o.put("kind", "query");
+            o.put("topic", topic);
+            o.put("key", key);
+            o.put("offsets", offsets);
+            OUT.println(Json.write(o));
+        }
+        close();
+        return 0;
+    }
+
+    // -- bench ---------------------------------------------------------------------------
+
+    private int bench(int n, int size) throws Exception {
+        open();
+        byte[] body = new byte[size];
+        java.util.Arrays.fill(body, (byte) 'b');
+        Map<String, String> props = new LinkedHashMap<>();
+        props.put(MessageConst.PROPERTY_TAGS, "TagA");
+        InetSocketAddress bornHost = parseHost("10.0.0.1:4000");
+        int warm = (int) opt("warmup", Math.min(n, 20_000));
+        long start = 0;
+        for (int i = -warm; i < n; i++) {
+            if (i == 0) {
+                start = System.nanoTime();
+            }
+            PutMessageResult r = putInner("BenchTopic", i & 3, 0, body, props, System.currentTimeMillis(), bornHost);
+            if (!r.isOk()) {
+                throw new IllegalStateException("put " + i + ": " + r.getPutMessageStatus());
+            }
+        }
+        long ns = System.nanoTime() - start;
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("kind", "bench");
+        o.put("messages", (long) n);
+        o.put("bodySize", (long) size);
+        o.put("warmup", (long) warm);
+        o.put("seconds", ns / 1e9);
+        o.put("messagesPerSecond", n / (ns / 1e9));
+        OUT.println(Json.write(o));
+        return 0;
+    }
+}
