@@ -10,7 +10,6 @@ warm up (JVM, Python workers), then the best of two timed runs counts.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,22 +26,9 @@ SEGMENT = 1 << 30
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-    from rmqstore.spark import RmqStoreDataSource
+    from rmqstore.spark import local_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("rmqstore-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(RmqStoreDataSource)
+    session = local_session("rmqstore-bench")
     yield session
     session.stop()
 

@@ -5,9 +5,7 @@ from its checkpoint."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,28 +32,10 @@ class SparkReport:
 
 
 def spark_session(app: str = "rmqstore-demo") -> Any:
-    """A quiet local Spark session (two cores) with the ``rmqstore`` data source registered.
-    Spark's Python workers run this interpreter, so they import this very ``rmqstore``."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    """A quiet local Spark session (two cores) with the ``rmqstore`` data source registered."""
+    from .spark import local_session
 
-    from .spark import RmqStoreDataSource
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(RmqStoreDataSource)
-    return spark
+    return local_session(app)
 
 
 def run_pipeline(

@@ -130,6 +130,7 @@ __all__ = [
     "RmqStoreStreamReader",
     "RmqStoreWriter",
     "StagedFile",
+    "local_session",
 ]
 
 log = logging.getLogger("rmqstore.spark")
@@ -533,6 +534,23 @@ def _resolve(spec: OffsetSpec, topic: str, qid: int, *, low: int, high: int, def
     return low if word == "earliest" else high
 
 
+def _starting_offset(
+    store: MessageStore,
+    opts: _ReadOptions,
+    topic: str,
+    qid: int,
+    *,
+    low: int,
+    high: int,
+    default: str,
+) -> int:
+    """Where a read of a queue starts: ``startingTimestamp`` if given, else ``startingOffsets``
+    (``default`` for queues it does not name)."""
+    if opts.starting_timestamp is not None:
+        return store.get_offset_in_queue_by_time(topic, qid, opts.starting_timestamp)
+    return _resolve(opts.starting, topic, qid, low=low, high=high, default=default)
+
+
 def _data_loss(opts: _ReadOptions, topic: str, qid: int, offset: int, low: int) -> int:
     """``offset`` is below the queue's first readable ``low``: fail or skip to ``low``."""
     text = (
@@ -746,10 +764,9 @@ class RmqStoreReader(DataSourceReader):
                 continue
             low = store.get_min_offset_in_queue(topic, qid)
             high = store.get_max_offset_in_queue(topic, qid)
-            if opts.starting_timestamp is not None:
-                start = store.get_offset_in_queue_by_time(topic, qid, opts.starting_timestamp)
-            else:
-                start = _resolve(opts.starting, topic, qid, low=low, high=high, default="earliest")
+            start = _starting_offset(
+                store, opts, topic, qid, low=low, high=high, default="earliest"
+            )
             if opts.ending_timestamp is not None:
                 end = store.get_offset_in_queue_by_time(topic, qid, opts.ending_timestamp)
             else:
@@ -876,10 +893,7 @@ class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic, qid in queues:
             low = store.get_min_offset_in_queue(topic, qid)
             high = store.get_max_offset_in_queue(topic, qid)
-            if opts.starting_timestamp is not None:
-                offset = store.get_offset_in_queue_by_time(topic, qid, opts.starting_timestamp)
-            else:
-                offset = _resolve(opts.starting, topic, qid, low=low, high=high, default="latest")
+            offset = _starting_offset(store, opts, topic, qid, low=low, high=high, default="latest")
             out[(topic, qid)] = min(offset, high)
         return _to_json(out)
 
@@ -1162,6 +1176,30 @@ class RmqStoreWriter(DataSourceArrowWriter):
 
 
 # -- the data source -------------------------------------------------------------------------
+
+
+def local_session(app: str = "rmqstore", master: str = "local[2]") -> Any:
+    """A quiet local SparkSession (UI off, loopback only, UTC, filter pushdown on, few shuffle
+    partitions) with this source registered; its Python workers run this interpreter, so they
+    import this very ``rmqstore``. For jobs on one machine, tests and benchmarks."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(RmqStoreDataSource)
+    return session
 
 
 class RmqStoreDataSource(DataSource):

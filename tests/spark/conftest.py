@@ -23,22 +23,8 @@ def spark() -> Iterator[Any]:
         pytest.skip("no Java runtime (java on PATH or JAVA_HOME) for the Spark tests")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from rmqstore.spark import local_session
 
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("rmqstore-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    from rmqstore.spark import RmqStoreDataSource
-
-    session.dataSource.register(RmqStoreDataSource)
+    session = local_session("rmqstore-tests", master="local[2,2]")
     yield session
     session.stop()

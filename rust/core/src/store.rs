@@ -164,26 +164,8 @@ impl MessageStore {
         } else {
             None
         };
-        let allocator = Arc::new(Allocator::new(
-            commitlog_dir.clone(),
-            AllocateConfig {
-                file_size: config.mapped_file_size_commit_log,
-                warm: config.warm_mapped_file_enable,
-                warm_sync: config.flush_disk_type == FlushDiskType::SyncFlush,
-                warm_flush_pages: config.flush_least_pages_when_warm_mapped_file,
-                munlock_delay: crate::allocate::MUNLOCK_DELAY,
-            },
-            pool.clone(),
-        ));
-        let signal = Arc::new(DataSignal::default());
-        let commitlog = CommitLog::load(
-            &commitlog_dir,
-            &config,
-            allocator.clone(),
-            signal.clone(),
-            pool,
-            false,
-        )?;
+        let (allocator, signal, commitlog) =
+            Self::load_commitlog(&config, &commitlog_dir, pool, false)?;
         machine.transit(StoreState::LoadCommitlogOk)?;
         if let Err(e) = commitlog.refresh_disk_full() {
             log::warn!(target: "rmqstore.disk", "cannot read disk usage: {e}");
@@ -302,6 +284,37 @@ impl MessageStore {
         ))
     }
 
+    /// The commitlog of `dir` with its allocator (which makes no segment for a read-only
+    /// store) and dispatch signal.
+    fn load_commitlog(
+        config: &StoreConfig,
+        dir: &Path,
+        pool: Option<TransientStorePool>,
+        read_only: bool,
+    ) -> Result<(Arc<Allocator>, Arc<DataSignal>, CommitLog)> {
+        let allocator = Arc::new(Allocator::new(
+            dir.to_path_buf(),
+            AllocateConfig {
+                file_size: config.mapped_file_size_commit_log,
+                warm: config.warm_mapped_file_enable && !read_only,
+                warm_sync: config.flush_disk_type == FlushDiskType::SyncFlush,
+                warm_flush_pages: config.flush_least_pages_when_warm_mapped_file,
+                munlock_delay: crate::allocate::MUNLOCK_DELAY,
+            },
+            pool.clone(),
+        ));
+        let signal = Arc::new(DataSignal::default());
+        let commitlog = CommitLog::load(
+            dir,
+            config,
+            allocator.clone(),
+            signal.clone(),
+            pool,
+            read_only,
+        )?;
+        Ok((allocator, signal, commitlog))
+    }
+
     /// The handle around an opened store.
     #[allow(clippy::too_many_arguments)]
     fn assemble(
@@ -349,26 +362,8 @@ impl MessageStore {
         }
         let machine = Arc::new(StateMachine::default());
         machine.transit(StoreState::LoadBegin)?;
-        let allocator = Arc::new(Allocator::new(
-            commitlog_dir.clone(),
-            AllocateConfig {
-                file_size: config.mapped_file_size_commit_log,
-                warm: false,
-                warm_sync: false,
-                warm_flush_pages: config.flush_least_pages_when_warm_mapped_file,
-                munlock_delay: crate::allocate::MUNLOCK_DELAY,
-            },
-            None,
-        ));
-        let signal = Arc::new(DataSignal::default());
-        let commitlog = CommitLog::load(
-            &commitlog_dir,
-            &config,
-            allocator.clone(),
-            signal.clone(),
-            None,
-            true,
-        )?;
+        let (allocator, signal, commitlog) =
+            Self::load_commitlog(&config, &commitlog_dir, None, true)?;
         let cqs = ConsumeQueueStore::load_read_only(
             &root.join("consumequeue"),
             config.consume_queue_units_per_file(),
