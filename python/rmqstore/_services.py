@@ -197,7 +197,6 @@ class _PagedService(ServiceThread):
         super().__init__()
         self._core = core
         self.interval_ms = interval_ms
-        self.interval = interval_ms / 1000
         self.least_pages = least_pages
         self.thorough = thorough_ms / 1000
         self._last_thorough = time.monotonic()
@@ -225,7 +224,7 @@ class _PeriodicFlush(_PagedService):
         raise NotImplementedError
 
     def run_once(self) -> bool:
-        if self._stopped.wait(self.interval):
+        if self._stopped.wait(self.interval_ms / 1000):
             return False
         least = self._least_pages_now()
         try:

@@ -120,6 +120,19 @@ impl ConsumeQueue {
     ) -> Result<()> {
         let size = self.queue.file_size();
         let mut end = self.read_only_end.load(Ordering::Acquire);
+        // Fast path (every read calls this): no unit after the end inside the last segment.
+        if let Some(last) = self.queue.last() {
+            let from = last.file_from_offset();
+            if (from..from + size).contains(&end) {
+                let next = last.read_unchecked(end - from, CQ_STORE_UNIT_SIZE);
+                if next.is_some_and(|b| {
+                    let u = CqUnit::decode(0, b);
+                    u.phy_offset < 0 || u.size <= 0
+                }) {
+                    return Ok(());
+                }
+            }
+        }
         // New segments matter only once the known ones are read to their end.
         if self
             .queue
