@@ -7,11 +7,14 @@ schedule services on the same base.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING, TypeVar
+
+from .errors import StoreClosedError
 
 if TYPE_CHECKING:
     from ._rmqstore import Store
@@ -153,6 +156,9 @@ class ReputMessageService(ServiceThread):
     chunk_bytes = 16 * 1024 * 1024
     #: How long one call parks when there is nothing to dispatch.
     poll_ms = 200
+    #: How long one call keeps dispatching while there is work before it comes back to Python
+    #: (a return per chunk would queue for the GIL behind every producer).
+    budget_ms = 200
     #: Pause after a failed round before trying again.
     retry_seconds = 1.0
 
@@ -164,7 +170,7 @@ class ReputMessageService(ServiceThread):
     def run_once(self) -> bool:
         try:
             dispatched, _bytes, _offset, _behind = self._core.dispatch_step(
-                self.chunk_bytes, self.poll_ms
+                self.chunk_bytes, self.poll_ms, self.budget_ms
             )
         except Exception:
             if self._stopped.is_set():
@@ -323,6 +329,9 @@ class GroupCommitService(ServiceThread):
 
     #: How long one round waits for a producer before forcing anyway (RocketMQ: 10 ms).
     poll_ms = 10
+    #: How long one call keeps running rounds before it comes back to Python: a return after
+    #: every force would queue the service for the GIL behind the producers it must wake.
+    budget_ms = 50
 
     def __init__(self, core: Store) -> None:
         super().__init__()
@@ -334,11 +343,14 @@ class GroupCommitService(ServiceThread):
         super().start()
 
     def run_once(self) -> bool:
-        _flushed, stopped, forces = self._core.group_commit_step(self.poll_ms)
+        _flushed, stopped, forces = self._core.group_commit_step(self.poll_ms, self.budget_ms)
         self.forces = forces
         return not stopped
 
     def stats(self) -> dict[str, float]:
+        # Once the store is closed, the last count the service saw.
+        with contextlib.suppress(StoreClosedError):
+            self.forces = self._core.group_commit_forces()
         return {**super().stats(), "forces": float(self.forces)}
 
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::allocate::Allocator;
 use crate::consume_queue::CqUnit;
@@ -261,10 +261,31 @@ struct GroupState {
     /// Producers waiting for a force: the offset each needs forced, and the thread to unpark
     /// once it is (RocketMQ completes each request's future; only those are woken).
     waiters: Vec<(i64, std::thread::Thread)>,
+    /// Producers whose bytes are forced and that are still to be unparked. The service unparks
+    /// a few and each producer it wakes unparks a few more before it returns (a relay), so a
+    /// force of many producers' bytes costs the service a few wake-ups, not one per producer,
+    /// and it starts the next force sooner; the wake-ups run on the producers' threads while
+    /// the service waits for the disk.
+    relay: Vec<std::thread::Thread>,
+    /// The service waits on `request` until this many producers wait (usize::MAX while it
+    /// forces: it looks at `waiters` before it waits again); only the put that reaches the
+    /// count makes the system call.
+    notify_at: usize,
+    /// Producers the last force released, and how long that force took: the next round waits
+    /// (at most that long) for as many to come back before it forces, so that a force covers
+    /// every producer that is about to ask for one (PostgreSQL's `commit_delay` idea, bounded
+    /// by the disk's own latency; a lone producer never waits).
+    last_released: usize,
+    last_force: Duration,
     attached: bool,
     stopped: bool,
     forces: u64,
 }
+
+/// How many threads the service and each woken producer unpark from the relay.
+const RELAY_FANOUT: usize = 2;
+/// The longest a group-commit round waits for producers released by the last force.
+const MAX_GATHER: Duration = Duration::from_millis(1);
 
 /// The commit service's side of the transient store pool (`CommitRealTimeService`): puts ask
 /// for a commit round without a system call unless the service is idle. Shared with the store,
@@ -685,7 +706,9 @@ impl CommitLog {
         }
         let me = std::thread::current();
         st.waiters.push((target, me.clone()));
-        self.group.request.notify_one();
+        if st.waiters.len() >= st.notify_at {
+            self.group.request.notify_one();
+        }
         drop(st);
         let deadline = std::time::Instant::now() + self.sync_flush_timeout;
         // Parked until the service unparks this thread (its target forced) or the deadline;
@@ -700,12 +723,31 @@ impl CommitLog {
             }
             std::thread::park_timeout(deadline - now);
         };
+        let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
         if !ok || self.queue.flushed_where() < target {
             // Timed out or stopped: the entry may still be listed.
-            let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
             st.waiters.retain(|(_, t)| t.id() != me.id());
         }
+        // Pass the wake-up on (whichever way this wait ended, so none is ever dropped).
+        let next = Self::take_relay(&mut st);
+        drop(st);
+        next.into_iter().for_each(|t| t.unpark());
         ok
+    }
+
+    /// Up to [`RELAY_FANOUT`] producers to unpark next.
+    fn take_relay(st: &mut GroupState) -> Vec<std::thread::Thread> {
+        let n = st.relay.len().min(RELAY_FANOUT);
+        st.relay.drain(..n).collect()
+    }
+
+    /// Forces the group-commit rounds have done so far.
+    pub fn group_commit_forces(&self) -> u64 {
+        self.group
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .forces
     }
 
     /// From now on a service thread calls [`CommitLog::group_commit_step`].
@@ -723,20 +765,46 @@ impl CommitLog {
         for (_, t) in st.waiters.drain(..) {
             t.unpark();
         }
+        for t in st.relay.drain(..) {
+            t.unpark();
+        }
     }
 
     /// One round of the group-commit service: waits up to `timeout` for a waiting producer,
     /// then forces everything written (RocketMQ forces every round, requests or not).
     pub fn group_commit_step(&self, timeout: Duration) -> GroupCommitStep {
         let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.waiters.is_empty() && !st.stopped {
+        let start = Instant::now();
+        let gather_until = start + st.last_force.min(MAX_GATHER);
+        let wanted = st.last_released.max(1);
+        loop {
+            let waiting = st.waiters.len();
+            if st.stopped || waiting >= wanted {
+                break;
+            }
+            let now = Instant::now();
+            let until = if now < gather_until {
+                // Gathering: wake when `wanted` producers wait, or at the end of the window.
+                st.notify_at = wanted;
+                gather_until
+            } else if waiting > 0 {
+                break;
+            } else if now < start + timeout {
+                // Nobody waits: the first producer to come starts the force.
+                st.notify_at = 1;
+                start + timeout
+            } else {
+                // A round forces even without producers (RocketMQ's 10 ms rounds).
+                break;
+            };
             st = self
                 .group
                 .request
-                .wait_timeout(st, timeout)
+                .wait_timeout(st, until - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+        st.notify_at = usize::MAX;
         if st.stopped {
             return GroupCommitStep {
                 flushed: false,
@@ -746,8 +814,11 @@ impl CommitLog {
         }
         drop(st);
         let before = self.queue.flushed_where();
+        let forcing = Instant::now();
         let result = self.flush_all();
+        let took = forcing.elapsed();
         let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.last_force = took;
         let flushed = matches!(result, Ok(after) if after > before);
         if flushed {
             st.forces += 1;
@@ -756,21 +827,23 @@ impl CommitLog {
         if let Err(e) = result {
             log::error!(target: "rmqstore.flush", "group commit force failed: {e}");
         }
-        // Wake exactly the producers whose bytes are now forced.
+        // Wake exactly the producers whose bytes are now forced: a few here, the rest through
+        // the relay.
         let forced = self.queue.flushed_where();
-        let mut done = Vec::new();
-        st.waiters.retain(|(target, t)| {
+        let GroupState { waiters, relay, .. } = &mut *st;
+        let before_release = relay.len();
+        waiters.retain(|(target, t)| {
             let ready = *target <= forced;
             if ready {
-                done.push(t.clone());
+                relay.push(t.clone());
             }
             !ready
         });
+        st.last_released = st.relay.len() - before_release;
+        let done = Self::take_relay(&mut st);
         let forces = st.forces;
         drop(st);
-        for t in done {
-            t.unpark();
-        }
+        done.into_iter().for_each(|t| t.unpark());
         if failed {
             // Waiting producers stay listed, so the next round would start at once: pace the
             // retries (they time out with FLUSH_DISK_TIMEOUT if forcing keeps failing).

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::allocate::{AllocateConfig, Allocator, ServiceStep};
 use crate::checkpoint::{AbortFile, StoreCheckpoint};
@@ -658,6 +658,32 @@ impl MessageStore {
         self.with_open(|o| o.commitlog.group_commit_step(timeout))
     }
 
+    /// Group-commit rounds (each waiting up to `timeout` for a producer) until the services
+    /// stop or `budget` has passed: the service thread comes back to Python between batches of
+    /// rounds, not after every force, so it does not queue for the GIL behind the producers it
+    /// is about to wake. `flushed` is true when any round forced.
+    pub fn group_commit_run(
+        &self,
+        timeout: Duration,
+        budget: Duration,
+    ) -> Result<crate::commitlog::GroupCommitStep> {
+        let start = Instant::now();
+        let mut flushed = false;
+        loop {
+            let mut step = self.group_commit_step(timeout)?;
+            flushed |= step.flushed;
+            if step.stopped || start.elapsed() >= budget {
+                step.flushed = flushed;
+                return Ok(step);
+            }
+        }
+    }
+
+    /// Forces the group-commit service has done so far.
+    pub fn group_commit_forces(&self) -> Result<u64> {
+        self.with_open(|o| o.commitlog.group_commit_forces())
+    }
+
     /// One round of the periodic commitlog flush (`FlushRealTimeService`); returns the flushed
     /// offset.
     pub fn flush_commitlog(&self, least_pages: i64) -> Result<i64> {
@@ -704,6 +730,38 @@ impl MessageStore {
             }
             o.dispatch(max_bytes)
         })?
+    }
+
+    /// Dispatch rounds of up to `max_bytes` each, as long as there is work, until the services
+    /// stop or `budget` has passed (an idle round parks up to `timeout` and ends the run):
+    /// under a steady trickle of puts (SYNC_FLUSH confirms a few messages per force) the
+    /// service thread stays in Rust instead of queueing for the GIL after every round.
+    pub fn dispatch_run(
+        &self,
+        max_bytes: i64,
+        timeout: Duration,
+        budget: Duration,
+    ) -> Result<ReputStep> {
+        let start = Instant::now();
+        let mut total = self.dispatch_step(max_bytes, timeout)?;
+        while total.bytes > 0 && !self.stopping.load(Ordering::SeqCst) {
+            let left = budget.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            let step = self.dispatch_step(max_bytes, timeout.min(left))?;
+            total.behind = step.behind;
+            if step.bytes == 0 {
+                break;
+            }
+            total.dispatched += step.dispatched;
+            total.bytes += step.bytes;
+            total.reput_offset = step.reput_offset;
+            if step.last_store_timestamp != 0 {
+                total.last_store_timestamp = step.last_store_timestamp;
+            }
+        }
+        Ok(total)
     }
 
     /// Confirmed commitlog bytes not dispatched yet (`dispatchBehindBytes`). At 0, every

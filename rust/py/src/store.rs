@@ -233,15 +233,22 @@ impl Store {
 
     // -- dispatch ---------------------------------------------------------------------------
 
-    /// One round of the dispatch service: (messages dispatched, bytes, reput offset, behind).
+    /// Rounds of the dispatch service (one, or as many as find work within `budget_ms`):
+    /// (messages dispatched, bytes, reput offset, behind).
+    #[pyo3(signature = (max_bytes, timeout_ms, budget_ms=0))]
     fn dispatch_step(
         &self,
         py: Python<'_>,
         max_bytes: i64,
         timeout_ms: u64,
+        budget_ms: u64,
     ) -> PyResult<(u64, i64, i64, i64)> {
         let s = self.run(py, |s| {
-            s.dispatch_step(max_bytes, Duration::from_millis(timeout_ms))
+            s.dispatch_run(
+                max_bytes,
+                Duration::from_millis(timeout_ms),
+                Duration::from_millis(budget_ms),
+            )
         })?;
         Ok((s.dispatched, s.bytes, s.reput_offset, s.behind))
     }
@@ -252,12 +259,27 @@ impl Store {
         self.run(py, |s| s.attach_group_commit())
     }
 
-    /// One round of the group-commit service: (forced now, stopped, forces so far).
-    fn group_commit_step(&self, py: Python<'_>, timeout_ms: u64) -> PyResult<(bool, bool, u64)> {
+    /// Rounds of the group-commit service (one, or as many as fit in `budget_ms`): (forced
+    /// now, stopped, forces so far).
+    #[pyo3(signature = (timeout_ms, budget_ms=0))]
+    fn group_commit_step(
+        &self,
+        py: Python<'_>,
+        timeout_ms: u64,
+        budget_ms: u64,
+    ) -> PyResult<(bool, bool, u64)> {
         let s = self.run(py, |s| {
-            s.group_commit_step(Duration::from_millis(timeout_ms))
+            s.group_commit_run(
+                Duration::from_millis(timeout_ms),
+                Duration::from_millis(budget_ms),
+            )
         })?;
         Ok((s.flushed, s.stopped, s.forces))
+    }
+
+    /// Forces the group-commit service has done so far.
+    fn group_commit_forces(&self, py: Python<'_>) -> PyResult<u64> {
+        self.run(py, |s| s.group_commit_forces())
     }
 
     /// One round of the commit service (transient store pool): (committed now, stopped).
