@@ -907,16 +907,29 @@ impl Drop for IndexFileWriter<'_> {
     }
 }
 
-/// Index keys of dispatched messages, hashed and waiting to be put together by
-/// [`IndexService::build_batch`].
+/// Index keys of dispatched messages waiting to be put together by
+/// [`IndexService::build_batch`]. [`IndexBatch::add`] only copies the key text (cheap, on the
+/// thread that parses records); splitting and hashing happen in `build_batch` (on the thread
+/// that writes the index, when dispatch runs on two threads).
 #[derive(Debug, Default)]
 pub struct IndexBatch {
     hashes: Vec<i32>,
-    /// Per message: phy offset, store timestamp, end of its keys in `hashes`.
+    /// Per message: phy offset, store timestamp, end of its keys in `hashes` (set when hashed).
     messages: Vec<(i64, i64, usize)>,
+    /// Key text of the messages not hashed yet: UNIQ_KEY then KEYS, both as ranges of `text`,
+    /// and the hash of their `topic#`.
+    pending: Vec<PendingKeys>,
+    text: Vec<u8>,
     /// The last topic seen and the hash of `topic#`.
     topic: String,
     topic_prefix: i32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PendingKeys {
+    prefix: i32,
+    uniq: Option<(u32, u32)>,
+    keys: (u32, u32),
 }
 
 impl IndexBatch {
@@ -938,15 +951,39 @@ impl IndexBatch {
             topic.clone_into(&mut self.topic);
             self.topic_prefix = topic_prefix_hash(topic);
         }
-        let prefix = self.topic_prefix;
-        let all = uniq_key.into_iter().chain(
-            keys.into_iter()
-                .flat_map(|k| k.split(crate::message::property::KEY_SEPARATOR))
-                .filter(|k| !k.is_empty()),
-        );
-        self.hashes.extend(all.map(|k| topic_key_hash(prefix, k)));
-        self.messages
-            .push((phy_offset, store_timestamp, self.hashes.len()));
+        let mut push = |v: &str| {
+            let from = self.text.len() as u32;
+            self.text.extend_from_slice(v.as_bytes());
+            (from, self.text.len() as u32)
+        };
+        let uniq = uniq_key.map(&mut push);
+        let keys = push(keys.unwrap_or(""));
+        self.pending.push(PendingKeys {
+            prefix: self.topic_prefix,
+            uniq,
+            keys,
+        });
+        self.messages.push((phy_offset, store_timestamp, 0));
+    }
+
+    /// Splits and hashes the keys of the messages added since the last call.
+    fn hash_pending(&mut self) {
+        let first = self.messages.len() - self.pending.len();
+        for (i, p) in self.pending.iter().enumerate() {
+            // The text was copied from `&str`s: each range is valid UTF-8.
+            let text = |(a, b): (u32, u32)| {
+                std::str::from_utf8(&self.text[a as usize..b as usize]).unwrap_or("")
+            };
+            let all = p.uniq.map(text).into_iter().chain(
+                text(p.keys)
+                    .split(crate::message::property::KEY_SEPARATOR)
+                    .filter(|k| !k.is_empty()),
+            );
+            self.hashes.extend(all.map(|k| topic_key_hash(p.prefix, k)));
+            self.messages[first + i].2 = self.hashes.len();
+        }
+        self.pending.clear();
+        self.text.clear();
     }
 
     /// Messages queued.
@@ -1190,6 +1227,7 @@ impl IndexService {
     /// so the misses of the index's random accesses overlap. An error means no index file could
     /// be created (RocketMQ then stops building).
     pub fn build_batch(&self, batch: &mut IndexBatch) -> Result<()> {
+        batch.hash_pending();
         let mut w = lock(&self.writer);
         let mut file = match w.take() {
             Some(f) if !f.is_write_full() => f,

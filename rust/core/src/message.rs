@@ -1071,7 +1071,12 @@ impl<'a> DispatchProps<'a> {
                 b"UNIQ_KEY" => &mut out.uniq_key,
                 _ => continue,
             };
-            *slot = std::str::from_utf8(v).ok();
+            *slot = if v.is_ascii() {
+                // SAFETY: ASCII bytes are valid UTF-8.
+                Some(unsafe { std::str::from_utf8_unchecked(v) })
+            } else {
+                std::str::from_utf8(v).ok()
+            };
         }
         out
     }

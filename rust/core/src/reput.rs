@@ -2,7 +2,7 @@
 //! consume queues and index files from them. One call does one chunk; the service loop lives
 //! in Python (`rmqstore._services.ReputMessageService`).
 
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
 use crate::commitlog::CommitLog;
@@ -30,36 +30,51 @@ pub struct ReputStep {
     pub last_store_timestamp: i64,
 }
 
-/// The consume queue last written and its tail segment, so runs of one queue skip the table
-/// and segment lookups.
-struct CqCache {
-    last: Option<(Arc<ConsumeQueue>, Option<Arc<MappedFile>>)>,
+/// Consume queue units of dispatched messages waiting to be written, in commitlog order,
+/// grouped in runs of one queue (the queue is looked up once per run).
+#[derive(Default)]
+struct CqBatch {
+    /// Each run's queue and the end of its units in `units`.
+    runs: Vec<(Arc<ConsumeQueue>, usize)>,
+    /// Phy offset, record size, tags code, queue offset.
+    units: Vec<(i64, i32, i64, i64)>,
 }
 
-impl CqCache {
-    fn put(
-        &mut self,
-        cqs: &ConsumeQueueStore,
-        topic: &str,
-        d: &RecordView<'_>,
-        tags_code: i64,
-    ) -> Result<()> {
-        let hit = self
-            .last
-            .as_ref()
-            .is_some_and(|(cq, _)| cq.queue_id() == d.queue_id && cq.topic() == topic);
-        if !hit {
-            self.last = Some((cqs.find_or_create(topic, d.queue_id)?, None));
+/// What one hand-over carries: consume queue units, then index keys, of the same messages.
+#[derive(Default)]
+struct DispatchBatch {
+    cq: CqBatch,
+    index: IndexBatch,
+    /// Messages in the batch.
+    messages: usize,
+}
+
+/// Writes batches in order: consume queue units (keeping the tail segment of the queue last
+/// written between runs and batches), then index keys.
+struct Applier<'a> {
+    index: Option<&'a IndexService>,
+    tail: Option<(Arc<ConsumeQueue>, Option<Arc<MappedFile>>)>,
+}
+
+impl Applier<'_> {
+    fn apply(&mut self, batch: &mut DispatchBatch) -> Result<()> {
+        let mut start = 0;
+        for (cq, end) in batch.cq.runs.drain(..) {
+            if !self.tail.as_ref().is_some_and(|(t, _)| Arc::ptr_eq(t, &cq)) {
+                self.tail = Some((cq, None));
+            }
+            if let Some((cq, tail)) = self.tail.as_mut() {
+                for &(phy, size, tags, queue_offset) in &batch.cq.units[start..end] {
+                    cq.put_cached(tail, phy, size, tags, queue_offset)?;
+                }
+            }
+            start = end;
         }
-        if let Some((cq, tail)) = self.last.as_mut() {
-            cq.put_cached(
-                tail,
-                d.physical_offset,
-                d.total_size,
-                tags_code,
-                d.queue_offset,
-            )?;
+        batch.cq.units.clear();
+        if let Some(index) = self.index {
+            index.build_batch(&mut batch.index)?;
         }
+        batch.messages = 0;
         Ok(())
     }
 }
@@ -77,11 +92,18 @@ fn prefetch_next(data: &[u8], this: usize, next: usize) {
     } else {
         usize::MAX
     };
+    // Further ahead, assuming records of this one's size: DRAM latency is several records'
+    // worth of work.
+    #[cfg(target_arch = "x86_64")]
+    let step = next - this;
     #[cfg(target_arch = "x86_64")]
     for at in [
-        next + (next - this),
+        next + step,
+        next + PREFETCH_AHEAD * step,
         next_tail,
         next_tail.saturating_add(64),
+        (next + PREFETCH_AHEAD * step).saturating_sub(128),
+        (next + PREFETCH_AHEAD * step).saturating_sub(64),
     ] {
         if at < data.len() {
             // SAFETY: the address is inside `data`; a prefetch never faults.
@@ -97,69 +119,122 @@ fn prefetch_next(data: &[u8], this: usize, next: usize) {
     let _ = (data, this, next);
 }
 
-/// Index keys are put this many messages at a time (their slot misses overlap).
-const INDEX_BATCH: usize = 16;
-/// Messages per batch handed to the index thread.
-const INDEX_HANDOFF: usize = 256;
+/// How many records ahead dispatch prefetches (guessing their size from the current one).
+const PREFETCH_AHEAD: usize = 4;
 
-/// Where a pass's index keys go.
-enum IndexOut<'a> {
-    None,
-    /// Put on this thread.
-    Inline(&'a IndexService),
-    /// Hashed here, put by the index thread.
-    Channel(SyncSender<IndexBatch>),
+/// Messages applied at a time on the dispatching thread (their index slot misses overlap).
+const INLINE_BATCH: usize = 16;
+/// Messages per batch handed to the second thread.
+const HANDOFF_BATCH: usize = 256;
+
+/// Where a pass's batches go.
+enum Sink<'a> {
+    /// Applied on this thread.
+    Inline(Applier<'a>),
+    /// Applied by the second thread, which sends the emptied batches back for reuse.
+    Channel(SyncSender<DispatchBatch>, Receiver<DispatchBatch>),
 }
 
-/// The dispatchers of one pass (`doDispatch` for each record).
+/// The dispatchers of one pass (`doDispatch` for each record): this thread parses each record
+/// once and queues its consume queue unit and hashed index keys; the sink writes them.
 struct Dispatcher<'a> {
     cqs: &'a ConsumeQueueStore,
-    index: IndexOut<'a>,
-    cache: CqCache,
-    batch: IndexBatch,
+    indexing: bool,
+    sink: Sink<'a>,
+    batch: DispatchBatch,
+    /// The topic and queue id of the current run, as raw bytes (UTF-8 decoded once per run).
+    run_topic: Vec<u8>,
+    run_queue: Option<i32>,
+    topic: String,
+    /// The last TAGS value and its code (tags repeat from message to message).
+    last_tags: Vec<u8>,
+    last_tags_code: i64,
 }
 
-impl Dispatcher<'_> {
+impl<'a> Dispatcher<'a> {
+    fn new(cqs: &'a ConsumeQueueStore, indexing: bool, sink: Sink<'a>) -> Self {
+        Dispatcher {
+            cqs,
+            indexing,
+            sink,
+            batch: DispatchBatch::default(),
+            run_topic: Vec::new(),
+            run_queue: None,
+            topic: String::new(),
+            last_tags: Vec::new(),
+            last_tags_code: 0,
+        }
+    }
+
+    fn tags_code(&mut self, tags: Option<&str>) -> i64 {
+        let Some(t) = tags else { return 0 };
+        if t.as_bytes() != self.last_tags.as_slice() {
+            self.last_tags_code = tags_code(Some(t));
+            self.last_tags.clear();
+            self.last_tags.extend_from_slice(t.as_bytes());
+        }
+        self.last_tags_code
+    }
+
     fn record(&mut self, d: &RecordView<'_>) -> Result<()> {
-        let topic = String::from_utf8_lossy(d.topic);
+        let new_topic = d.topic != self.run_topic.as_slice();
+        if new_topic {
+            self.run_topic.clear();
+            self.run_topic.extend_from_slice(d.topic);
+            self.topic = String::from_utf8_lossy(d.topic).into_owned();
+            self.run_queue = None;
+        }
         let props = DispatchProps::scan(d.properties);
         let tx = d.transaction_type();
         if tx == sysflag::TRANSACTION_NOT_TYPE || tx == sysflag::TRANSACTION_COMMIT_TYPE {
-            self.cache.put(self.cqs, &topic, d, tags_code(props.tags))?;
-        }
-        if matches!(self.index, IndexOut::None) {
-            return Ok(());
-        }
-        self.batch.add(
-            &topic,
-            props.keys,
-            props.uniq_key,
-            d.physical_offset,
-            d.store_timestamp,
-            d.sys_flag,
-        );
-        match &self.index {
-            IndexOut::Inline(index) if self.batch.len() >= INDEX_BATCH => {
-                index.build_batch(&mut self.batch)
+            let cq = &mut self.batch.cq;
+            if self.run_queue != Some(d.queue_id) || cq.runs.is_empty() {
+                self.run_queue = Some(d.queue_id);
+                cq.runs
+                    .push((self.cqs.find_or_create(&self.topic, d.queue_id)?, 0));
             }
-            IndexOut::Channel(out) if self.batch.len() >= INDEX_HANDOFF => out
-                .send(std::mem::take(&mut self.batch))
-                .map_err(|_| StoreError::Internal("the index dispatch thread stopped".into())),
+            let code = self.tags_code(props.tags);
+            let cq = &mut self.batch.cq;
+            cq.units
+                .push((d.physical_offset, d.total_size, code, d.queue_offset));
+            if let Some(run) = cq.runs.last_mut() {
+                run.1 = cq.units.len();
+            }
+        }
+        if self.indexing {
+            self.batch.index.add(
+                &self.topic,
+                props.keys,
+                props.uniq_key,
+                d.physical_offset,
+                d.store_timestamp,
+                d.sys_flag,
+            );
+        }
+        self.batch.messages += 1;
+        match &mut self.sink {
+            Sink::Inline(applier) if self.batch.messages >= INLINE_BATCH => {
+                applier.apply(&mut self.batch)
+            }
+            Sink::Channel(out, back) if self.batch.messages >= HANDOFF_BATCH => {
+                let next = back.try_recv().unwrap_or_default();
+                out.send(std::mem::replace(&mut self.batch, next))
+                    .map_err(|_| StoreError::Internal("the dispatch writer thread stopped".into()))
+            }
             _ => Ok(()),
         }
     }
 
-    /// Puts (or hands over) what is still batched.
+    /// Writes (or hands over) what is still batched.
     fn finish(&mut self) -> Result<()> {
-        if self.batch.is_empty() {
+        if self.batch.messages == 0 {
             return Ok(());
         }
-        match &self.index {
-            IndexOut::Inline(index) => index.build_batch(&mut self.batch),
-            IndexOut::Channel(out) => out
+        match &mut self.sink {
+            Sink::Inline(applier) => applier.apply(&mut self.batch),
+            Sink::Channel(out, _) => out
                 .send(std::mem::take(&mut self.batch))
-                .map_err(|_| StoreError::Internal("the index dispatch thread stopped".into())),
-            IndexOut::None => Ok(()),
+                .map_err(|_| StoreError::Internal("the dispatch writer thread stopped".into())),
         }
     }
 }
@@ -184,47 +259,50 @@ pub fn reput(
         *from = min;
     }
     let end = commitlog.confirm_offset();
-    let mut step = match index {
-        Some(index) if (end - *from).min(max_bytes) >= PARALLEL_DISPATCH_BYTES => {
-            let (out, batches) = sync_channel::<IndexBatch>(8);
-            let mut at = *from;
-            let (parsed, indexed) = std::thread::scope(|s| {
-                let indexer = s.spawn(move || -> Result<()> {
-                    for mut batch in batches {
-                        index.build_batch(&mut batch)?;
-                    }
-                    Ok(())
-                });
-                let parsed = pass(
-                    commitlog,
-                    cqs,
-                    IndexOut::Channel(out),
-                    &mut at,
-                    end,
-                    max_bytes,
-                );
-                let indexed = indexer.join().unwrap_or_else(|_| {
-                    Err(StoreError::Internal(
-                        "the index dispatch thread panicked".into(),
-                    ))
-                });
-                (parsed, indexed)
+    let parallel = index.is_some() && (end - *from).min(max_bytes) >= PARALLEL_DISPATCH_BYTES;
+    let mut step = if parallel {
+        let (out, batches) = sync_channel::<DispatchBatch>(8);
+        let (give_back, reuse) = sync_channel::<DispatchBatch>(8);
+        let mut at = *from;
+        let (parsed, written) = std::thread::scope(|s| {
+            let writer = s.spawn(move || -> Result<()> {
+                let mut applier = Applier { index, tail: None };
+                for mut batch in batches {
+                    applier.apply(&mut batch)?;
+                    // Emptied, with its capacity: the parsing thread refills it.
+                    let _ = give_back.try_send(batch);
+                }
+                Ok(())
             });
-            // The index thread's own error explains a failed hand-over best.
-            indexed?;
-            let step = parsed?;
-            *from = at;
-            step
-        }
-        Some(index) => pass(
+            let sink = Sink::Channel(out, reuse);
+            let parsed = pass(
+                commitlog,
+                Dispatcher::new(cqs, true, sink),
+                &mut at,
+                end,
+                max_bytes,
+            );
+            let written = writer.join().unwrap_or_else(|_| {
+                Err(StoreError::Internal(
+                    "the dispatch writer thread panicked".into(),
+                ))
+            });
+            (parsed, written)
+        });
+        // The writer thread's own error explains a failed hand-over best.
+        written?;
+        let step = parsed?;
+        *from = at;
+        step
+    } else {
+        let sink = Sink::Inline(Applier { index, tail: None });
+        pass(
             commitlog,
-            cqs,
-            IndexOut::Inline(index),
+            Dispatcher::new(cqs, index.is_some(), sink),
             from,
             end,
             max_bytes,
-        )?,
-        None => pass(commitlog, cqs, IndexOut::None, from, end, max_bytes)?,
+        )?
     };
     step.reput_offset = *from;
     step.behind = (commitlog.confirm_offset() - *from).max(0);
@@ -236,19 +314,12 @@ pub fn reput(
 /// queue units and index keys already built are skipped).
 fn pass(
     commitlog: &CommitLog,
-    cqs: &ConsumeQueueStore,
-    index: IndexOut<'_>,
+    mut dispatcher: Dispatcher<'_>,
     from: &mut i64,
     end: i64,
     max_bytes: i64,
 ) -> Result<ReputStep> {
     let mut step = ReputStep::default();
-    let mut dispatcher = Dispatcher {
-        cqs,
-        index,
-        cache: CqCache { last: None },
-        batch: IndexBatch::default(),
-    };
     let file_size = commitlog.queue().file_size();
     let mut pos = *from;
     'files: while pos < end && step.bytes < max_bytes {
