@@ -357,15 +357,52 @@ pub struct BatchColumns {
     pub body_data: Vec<u8>,
 }
 
+#[inline(always)]
 fn push_str(offsets: &mut Vec<i32>, data: &mut Vec<u8>, s: &[u8]) {
-    data.extend_from_slice(s);
+    extend_small(data, s);
     offsets.push(data.len() as i32);
+}
+
+/// `data.extend_from_slice(s)`, without a call into `memcpy` for the short strings most
+/// columns hold (tags, keys, property names and values): up to 16 bytes are copied as two
+/// overlapping loads and stores of 8 (or 4) bytes, both inside `s` and inside the room.
+#[inline(always)]
+fn extend_small(data: &mut Vec<u8>, s: &[u8]) {
+    let n = s.len();
+    if n > 16 || data.capacity() - data.len() < n {
+        data.extend_from_slice(s);
+        return;
+    }
+    let len = data.len();
+    // SAFETY: the destination has room for `n` bytes after `len` (checked above); every read
+    // is inside `s` and every write inside `[len, len + n)`; unaligned accesses are used.
+    unsafe {
+        let src = s.as_ptr();
+        let dst = data.as_mut_ptr().add(len);
+        if n >= 8 {
+            let head = src.cast::<u64>().read_unaligned();
+            let tail = src.add(n - 8).cast::<u64>().read_unaligned();
+            dst.cast::<u64>().write_unaligned(head);
+            dst.add(n - 8).cast::<u64>().write_unaligned(tail);
+        } else if n >= 4 {
+            let head = src.cast::<u32>().read_unaligned();
+            let tail = src.add(n - 4).cast::<u32>().read_unaligned();
+            dst.cast::<u32>().write_unaligned(head);
+            dst.add(n - 4).cast::<u32>().write_unaligned(tail);
+        } else if n > 0 {
+            // 1 to 3 bytes: first, middle and last (overlapping when fewer).
+            *dst = *src;
+            *dst.add(n / 2) = *src.add(n / 2);
+            *dst.add(n - 1) = *src.add(n - 1);
+        }
+        data.set_len(len + n);
+    }
 }
 
 impl BatchColumns {
     /// No rows.
     pub fn empty() -> BatchColumns {
-        BatchColumns::with_capacity(0)
+        BatchColumns::with_capacity(0, 0)
     }
 
     /// Appends the rows of `other` (read right after these).
@@ -409,9 +446,11 @@ impl BatchColumns {
         self.next_offset = other.next_offset;
     }
 
-    fn with_capacity(n: usize) -> BatchColumns {
+    /// Room for `n` rows and `body_bytes` of bodies.
+    fn with_capacity(n: usize, body_bytes: usize) -> BatchColumns {
         let mut c = BatchColumns {
             topic_offsets: Vec::with_capacity(n + 1),
+            topic_data: Vec::with_capacity(n * 16),
             queue_id: Vec::with_capacity(n),
             queue_offset: Vec::with_capacity(n),
             commit_log_offset: Vec::with_capacity(n),
@@ -419,9 +458,13 @@ impl BatchColumns {
             born_timestamp: Vec::with_capacity(n),
             tags_valid: Vec::with_capacity(n / 8 + 1),
             tags_offsets: Vec::with_capacity(n + 1),
+            tags_data: Vec::with_capacity(n * 8),
             keys_list_offsets: Vec::with_capacity(n + 1),
+            keys_offsets: Vec::with_capacity(n * 2 + 1),
+            keys_data: Vec::with_capacity(n * 16),
             props_map_offsets: Vec::with_capacity(n + 1),
             body_offsets: Vec::with_capacity(n + 1),
+            body_data: Vec::with_capacity(body_bytes),
             ..BatchColumns::default()
         };
         for v in [
@@ -524,7 +567,7 @@ pub fn read_batch(
     let start = offset.max(cq.min_offset());
     let n = (max - start).clamp(0, max_msgs as i64) as usize;
     if n < PARALLEL_READ_UNITS {
-        return read_range(commitlog, cq, start, max, max_msgs, include_properties);
+        return read_range(commitlog, cq, start, max, max_msgs, n, include_properties);
     }
     let mid = start + (n / 2) as i64;
     let (mut first, second) = std::thread::scope(|s| {
@@ -535,10 +578,13 @@ pub fn read_batch(
                 mid,
                 start + n as i64,
                 n - n / 2,
+                n - n / 2,
                 include_properties,
             )
         });
-        let first = read_range(commitlog, cq, start, mid, n / 2, include_properties);
+        // The first half's vectors have room for both, so the join never regrows them (a
+        // regrown vector's new pages would be faulted in afresh).
+        let first = read_range(commitlog, cq, start, mid, n / 2, n, include_properties);
         (first, second.join())
     });
     match second {
@@ -549,30 +595,28 @@ pub fn read_batch(
     first
 }
 
-/// Reads units `[start, limit)`, at most `max_rows` messages.
+/// Reads units `[start, limit)`, at most `max_rows` messages, into vectors with room for the
+/// `room` units from `start` (at least the rows read).
 fn read_range(
     commitlog: &CommitLog,
     cq: &ConsumeQueue,
     start: i64,
     limit: i64,
     max_rows: usize,
+    room: usize,
     include_properties: bool,
 ) -> BatchColumns {
     let n = (limit - start).clamp(0, max_rows as i64) as usize;
-    let mut cols = BatchColumns::with_capacity(n);
+    let room = room.max(n);
     // Size the body column from the record sizes in the queue so it never regrows.
-    if n > 0 {
-        let mut bytes = 0usize;
-        cq.scan(start, start + n as i64, |u| {
+    let mut bytes = 0usize;
+    if room > 0 {
+        cq.scan(start, start + room as i64, |u| {
             bytes += u.size.max(0) as usize;
             true
         });
-        cols.body_data.reserve(bytes.min(READ_BATCH_MAX_BYTES));
-        cols.topic_data.reserve(n * 16);
-        cols.tags_data.reserve(n * 8);
-        cols.keys_offsets.reserve(n * 2);
-        cols.keys_data.reserve(n * 16);
     }
+    let mut cols = BatchColumns::with_capacity(room, bytes.min(READ_BATCH_MAX_BYTES));
     let mut next = start;
     let mut file: Option<std::sync::Arc<crate::mapped_file::MappedFile>> = None;
     'units: while next < limit && cols.rows < max_rows {
@@ -613,4 +657,29 @@ fn read_range(
     }
     cols.next_offset = next;
     cols
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_strings_are_copied_exactly_at_every_length_and_room() {
+        let text: Vec<u8> = (1..=40u8).collect();
+        for n in 0..=20 {
+            for start in [0usize, 3] {
+                let s = &text[start..start + n];
+                // Exactly enough room, more room, and not enough room (falls back).
+                for room in [n, n + 9, n.saturating_sub(1)] {
+                    let mut data = Vec::with_capacity(2 + room);
+                    data.extend_from_slice(&[0xAA, 0xBB]);
+                    let mut offsets = vec![0];
+                    push_str(&mut offsets, &mut data, s);
+                    assert_eq!(&data[..2], &[0xAA, 0xBB]);
+                    assert_eq!(&data[2..], s, "n={n} start={start} room={room}");
+                    assert_eq!(offsets, vec![0, (2 + n) as i32]);
+                }
+            }
+        }
+    }
 }
