@@ -728,6 +728,9 @@ impl CommitLog {
             // Timed out or stopped: the entry may still be listed.
             st.waiters.retain(|(_, t)| t.id() != me.id());
         }
+        // Done waiting (perhaps before the relay reached this thread): no unpark is owed to
+        // it any more, so none is spent on it while it waits for a later put.
+        st.relay.retain(|t| t.id() != me.id());
         // Pass the wake-up on (whichever way this wait ended, so none is ever dropped).
         let next = Self::take_relay(&mut st);
         drop(st);
