@@ -208,6 +208,57 @@ fn sync_flush_puts_return_forced_and_share_forces() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// 32 producers through the service's long runs, the wake-up relay and gathering: every put
+/// returns forced (none waits out the 5 s timeout for a wake-up that never comes), and forces
+/// are shared.
+#[test]
+fn many_sync_producers_are_all_woken_through_the_relay() {
+    let d = dir("relay");
+    let cfg = StoreConfig {
+        flush_disk_type: FlushDiskType::SyncFlush,
+        mapped_file_size_commit_log: 4 << 20,
+        ..config()
+    };
+    let store = std::sync::Arc::new(MessageStore::open(&d, cfg).unwrap());
+    store.attach_group_commit().unwrap();
+    let service = {
+        let store = store.clone();
+        std::thread::spawn(move || loop {
+            let step = store
+                .group_commit_run(Duration::from_millis(10), Duration::from_millis(50))
+                .unwrap();
+            if step.stopped {
+                return step.forces;
+            }
+        })
+    };
+    let producers: Vec<_> = (0..32)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..40 {
+                    let r = store
+                        .put_message(&msg("R", &format!("{t}-{i}"), 0))
+                        .unwrap();
+                    assert_eq!(r.status, rmqstore_core::PutMessageStatus::PutOk);
+                    assert!(store.flushed_where().unwrap() >= r.wrote_offset + r.wrote_bytes);
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.join().unwrap();
+    }
+    assert!(
+        store.group_commit_forces().unwrap() < 1280 / 2,
+        "forces not shared"
+    );
+    store.stop_services();
+    service.join().unwrap();
+    store.close().unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn a_sync_put_times_out_when_no_force_comes() {
     let d = dir("timeout");
