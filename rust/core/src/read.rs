@@ -5,7 +5,7 @@ use crate::commitlog::CommitLog;
 use crate::config::StoreConfig;
 use crate::consume_queue::ConsumeQueue;
 use crate::consume_queue::CQ_STORE_UNIT_SIZE;
-use crate::message::{view_record, MessageExt, RecordView};
+use crate::message::{for_each_property, view_record, MessageExt, RecordView};
 use crate::util::java_hash;
 
 /// `GetMessageStatus`, in RocketMQ's order.
@@ -502,14 +502,11 @@ impl BatchColumns {
         let mut tags: Option<&[u8]> = None;
         let mut keys: Option<&[u8]> = None;
         let mut keys_count = self.keys_offsets.len() - 1;
-        // One pass over `name \x01 value \x02` pairs.
-        for item in d.properties.split(|&b| b == 2) {
-            let Some(sep) = item.iter().position(|&b| b == 1) else {
-                continue;
-            };
-            let (k, v) = (&item[..sep], &item[sep + 1..]);
+        let (pk_offsets, pk_data) = (&mut self.props_key_offsets, &mut self.props_key_data);
+        let (pv_offsets, pv_data) = (&mut self.props_value_offsets, &mut self.props_value_data);
+        for_each_property(d.properties, |k, v| {
             if k.is_empty() || v.is_empty() {
-                continue;
+                return;
             }
             match k {
                 b"TAGS" => tags = Some(v),
@@ -517,10 +514,10 @@ impl BatchColumns {
                 _ => {}
             }
             if include_properties {
-                push_str(&mut self.props_key_offsets, &mut self.props_key_data, k);
-                push_str(&mut self.props_value_offsets, &mut self.props_value_data, v);
+                push_str(pk_offsets, pk_data, k);
+                push_str(pv_offsets, pv_data, v);
             }
-        }
+        });
         if include_properties {
             self.props_map_offsets
                 .push((self.props_key_offsets.len() - 1) as i32);
