@@ -1048,7 +1048,7 @@ impl MessageExt {
 /// order (the value runs to the next `\x02` or the end; an item without `\x01` is skipped), as
 /// `split(2)` then the first `1` of each item would. On x86_64 the separators are found 16
 /// bytes at a time (SSE2 compares and a bit mask), so the cost is per separator, not per byte.
-#[inline]
+#[inline(always)]
 pub fn for_each_property<'a>(props: &'a [u8], mut f: impl FnMut(&'a [u8], &'a [u8])) {
     let (mut start, mut sep) = (0usize, usize::MAX);
     // A separator byte (1 or 2) at `i`.
