@@ -223,7 +223,14 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                 f"Spark count + group-by over {int(spark['messages']):,} messages of 128 B via "
                 f"rmqstore vs Parquet ({float(spark['rmqstore_s']):.1f} s vs "
                 f"{float(spark['parquet_s']):.1f} s; with a user schema of the two columns used: "
-                f"{float(spark['rmqstore_narrow_s']):.1f} s, {narrow:.2f}x)",
+                f"{float(spark['rmqstore_narrow_s']):.1f} s, {narrow:.2f}x"
+                + (
+                    f"; a Python data source yielding ready-made Arrow batches of the same rows, "
+                    f"no store: {float(spark['python_source_floor_s']):.1f} s, "
+                    f"{float(spark['python_source_floor_s']) / float(spark['parquet_s']):.2f}x)"
+                    if "python_source_floor_s" in spark
+                    else ")"
+                ),
                 f"{ratio:.2f}x the time",
                 "<= 2x",
                 ratio <= 2.0 / scale,

@@ -68,6 +68,68 @@ def _parquet(root: Path, out: Path) -> int:
     return rows
 
 
+def _ceiling_source() -> type:
+    """A Python data source with the ``rmqstore`` source's default schema that reads no store:
+    each task yields ready-made Arrow batches (4 topics, 3 tags, 128-byte bodies). What Spark
+    4.3 takes for it is the floor for any Python data source over the same rows."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from rmqstore.spark import BATCH_ROWS, ROWS_PER_PARTITION, source_schema
+
+    class CeilingPartition(InputPartition):
+        """Rows ``[start, end)`` of the synthetic table."""
+
+        def __init__(self, start: int, end: int) -> None:
+            super().__init__((start, end))
+            self.start, self.end = start, end
+
+    class CeilingReader(DataSourceReader):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+        def partitions(self) -> list[Any]:
+            step = ROWS_PER_PARTITION
+            return [
+                CeilingPartition(i, min(i + step, self.rows)) for i in range(0, self.rows, step)
+            ]
+
+        def read(self, partition: Any) -> Iterator[Any]:
+            import pyarrow as pa
+            from rmqstore.spark import _arrow_schema
+
+            target = _arrow_schema(source_schema(False))
+            n = BATCH_ROWS
+            cols = {
+                "topic": pa.array([f"T{i % 4}" for i in range(n)], pa.string()),
+                "queue_id": pa.array([i % 8 for i in range(n)], pa.int32()),
+                "queue_offset": pa.array(range(n), pa.int64()),
+                "commit_log_offset": pa.array(range(0, n * 200, 200), pa.int64()),
+                "store_timestamp": pa.array([1_700_000_000_000] * n, pa.timestamp("ms")),
+                "born_timestamp": pa.array([1_700_000_000_000] * n, pa.timestamp("ms")),
+                "tags": pa.array([f"Tag{i % 3}" for i in range(n)], pa.string()),
+                "keys": pa.array([[] for _ in range(n)], pa.list_(pa.string())),
+                "body": pa.array([bytes(128)] * n, pa.binary()),
+            }
+            batch = pa.RecordBatch.from_pydict(cols).select(target.names).cast(target)
+            at = partition.start
+            while at < partition.end:
+                take = min(n, partition.end - at)
+                yield batch.slice(0, take)
+                at += take
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "rmqstore_bench_ceiling"
+
+        def schema(self) -> Any:
+            return source_schema(False)
+
+        def reader(self, schema: Any) -> Any:
+            return CeilingReader(int(self.options["rows"]))
+
+    return CeilingSource
+
+
 def _job(df: Any) -> tuple[float, int, int]:
     t0 = time.perf_counter()
     total = df.count()
@@ -83,6 +145,13 @@ def test_spark_count_group_by_vs_parquet(benchmark, spark, tmp_path: Path, scale
     build_s = time.perf_counter() - t0
     assert _parquet(root, tmp_path / "parquet") == n
     options = {"store.mapped_file_size_commit_log": str(SEGMENT)}
+    import sys
+
+    from pyspark import cloudpickle
+
+    # The ceiling source's classes travel to the Python workers by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spark.dataSource.register(_ceiling_source())
     frames = {
         "parquet": spark.read.parquet(str(tmp_path / "parquet")),
         "rmqstore": spark.read.format("rmqstore").options(**options).load(str(root)),
@@ -92,6 +161,10 @@ def test_spark_count_group_by_vs_parquet(benchmark, spark, tmp_path: Path, scale
         .options(**options)
         .schema("topic STRING, tags STRING")
         .load(str(root)),
+        # No store at all: ready-made Arrow batches through a Python data source.
+        "python_source_floor": spark.read.format("rmqstore_bench_ceiling")
+        .option("rows", str(n))
+        .load(),
     }
     best: dict[str, float] = {}
     for name, df in frames.items():
