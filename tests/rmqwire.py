@@ -521,12 +521,15 @@ def read_index_files(store_path: Path, hash_slot_num: int, index_num: int) -> li
     ]
 
 
-def index_keys(rec: Record) -> list[str]:
+def index_keys(rec: Record, with_tags: bool = False) -> list[str]:
     """``IndexService.buildIndex``: the keys one record is indexed under, in order:
-    ``topic#UNIQ_KEY`` then ``topic#k`` for every non-empty ``k`` of ``KEYS.split(" ")``."""
+    ``topic#UNIQ_KEY`` then ``topic#k`` for every non-empty ``k`` of ``KEYS.split(" ")``, then
+    (RocketMQ 5.4+, ``with_tags``) ``topic#T#TAGS`` for a non-empty TAGS value."""
     props = rec.properties
     keys: list[str] = []
     if props.get("UNIQ_KEY"):
         keys.append(f"{rec.topic}#{props['UNIQ_KEY']}")
     keys += [f"{rec.topic}#{k}" for k in props.get("KEYS", "").split(" ") if k]
+    if with_tags and props.get("TAGS"):
+        keys.append(f"{rec.topic}#T#{props['TAGS']}")
     return keys

@@ -32,6 +32,7 @@ def test_defaults_are_rocketmqs() -> None:
         "store_path_commit_log": None,
         "mapped_file_size_consume_queue": 6000000,
         "message_index_enable": True,
+        "index_tags": False,
         "max_hash_slot_num": 5000000,
         "max_index_num": 20000000,
         "max_msgs_num_batch": 64,

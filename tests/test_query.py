@@ -358,3 +358,62 @@ def test_empty_index_file_left_by_a_crash_is_removed(
     later = put(store, "Q", keys=["after"])
     assert store.wait_dispatched()
     assert query(store, "Q", "after") == [later.wrote_offset]
+
+
+# -- tag entries (RocketMQ 5.4+) ----------------------------------------------------------------
+
+
+def test_index_tags_writes_typed_tag_entries_after_the_keys(open_small, store_path: Path) -> None:
+    store = open_small(index_tags=True)
+    put(store, "Tg", b"a", tags="TagA", keys=["k1", "k2"], properties={"UNIQ_KEY": "U1"})
+    put(store, "Tg", b"b", tags="TagB")
+    put(store, "Tg", b"c")  # no TAGS: no tag entry
+    put(store, "Tg", b"d", tags="Tag A || spaced", keys="k3")  # the raw value, unsplit
+    assert store.wait_dispatched()
+    store.close()
+    records = sorted(read_commitlog(store_path).items())
+    expected = [(index_key_hash(k), off) for off, rec in records for k in index_keys(rec, True)]
+    assert len(expected) == 4 + 1 + 0 + 2
+    assert index_key_hash("Tg#T#TagA") in [h for h, _ in expected]
+    files = read_index_files(store_path, SLOTS, ENTRIES)
+    got = [(e.key_hash, e.phy_offset) for f in files for e in f.entries[1:]]
+    assert got == expected
+
+
+def test_query_message_by_tag_is_exact_newest_first_and_survives_reopen(
+    open_small, store_path: Path
+) -> None:
+    store = open_small(index_tags=True)
+    # "Aa" and "BB" have the same Java hash: the index cannot tell them apart, the answer can.
+    assert java_hash("Tg#T#Aa") == java_hash("Tg#T#BB")
+    rs = [put(store, "Tg", b"%d" % i, tags="Aa" if i % 2 else "BB") for i in range(12)]
+    put(store, "Other", tags="Aa")
+    put(store, "Tg", tags="Aa || BB")
+    assert store.wait_dispatched()
+
+    def check(s: MessageStore) -> None:
+        aa = s.query_message_by_tag("Tg", "Aa")
+        assert [m.commit_log_offset for m in aa] == newest_first(rs[1::2])
+        assert all(m.tags == "Aa" and m.topic == "Tg" for m in aa)
+        assert [m.commit_log_offset for m in s.query_message_by_tag("Tg", "BB", max_num=2)] == (
+            newest_first(rs[0::2])[:2]
+        )
+        assert s.query_message_by_tag("Tg", "Cc") == []
+        assert s.query_message_by_tag("Tg", "k") == []
+        # A tag is not a key.
+        assert s.query_message("Tg", "Aa") == []
+
+    check(store)
+    store.close()
+    check(open_small(index_tags=False))  # reading entries already written needs no setting
+
+
+def test_without_index_tags_no_tag_entries_and_no_tag_answers(open_small, store_path: Path) -> None:
+    store = open_small()
+    put(store, "Tg", b"a", tags="TagA", keys="k1")
+    assert store.wait_dispatched()
+    assert store.query_message_by_tag("Tg", "TagA") == []
+    assert query(store, "Tg", "k1") != []
+    store.close()
+    files = read_index_files(store_path, SLOTS, ENTRIES)
+    assert [e.key_hash for f in files for e in f.entries[1:]] == [index_key_hash("Tg#k1")]

@@ -95,6 +95,10 @@ class StoreConfig:
     mapped_file_size_consume_queue: int = 300_000 * 20
     #: ``messageIndexEnable``: build index files (lookup by key).
     message_index_enable: bool = True
+    #: Also index each message's TAGS value (``topic#T#tags``), as RocketMQ 5.4 and later
+    #: (5.5.1) do, so that their tag queries and :meth:`MessageStore.query_message_by_tag` find
+    #: messages. Off by default: the index of RocketMQ 4.x and 5.3 (and of STORE_SPEC §4).
+    index_tags: bool = False
     #: ``maxHashSlotNum``: hash slots per index file.
     max_hash_slot_num: int = 5_000_000
     #: ``maxIndexNum``: entries per index file (one fewer fit).
@@ -182,6 +186,7 @@ class StoreConfig:
             "mapped_file_size_consume_queue", self.mapped_file_size_consume_queue, 20, _I32_MAX
         )
         _check_bool("message_index_enable", self.message_index_enable)
+        _check_bool("index_tags", self.index_tags)
         _check_int("max_hash_slot_num", self.max_hash_slot_num, 1, _I32_MAX)
         _check_int("max_index_num", self.max_index_num, 2, _I32_MAX)
         index_bytes = 40 + self.max_hash_slot_num * 4 + self.max_index_num * 20

@@ -267,6 +267,21 @@ class MessageStore:
         ``[begin_timestamp, end_timestamp]`` (ms)."""
         return self._core.query_message(topic, key, max_num, begin_timestamp, end_timestamp)
 
+    def query_message_by_tag(
+        self,
+        topic: str,
+        tag: str,
+        max_num: int = 32,
+        begin_timestamp: int = 0,
+        end_timestamp: int | None = None,
+    ) -> list[MessageExt]:
+        """Messages whose TAGS value equals ``tag`` exactly, newest first, stored within
+        ``[begin_timestamp, end_timestamp]`` (ms), through the ``topic#T#tags`` index entries
+        that RocketMQ 5.4+ writes and rmqstore writes with ``index_tags=True`` (RocketMQ's
+        ``queryMessage`` with index type ``T``). Messages indexed without them are not found:
+        for a full scan by tag use :meth:`get_message` with a subscription."""
+        return self._core.query_message_by_tag(topic, tag, max_num, begin_timestamp, end_timestamp)
+
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """The queue offset the next dispatched message of the queue will get (0 if none)."""
         return self._core.get_max_offset_in_queue(topic, queue_id)

@@ -294,6 +294,7 @@ def parse_java_dump(out: str) -> Dump:
     messages: list[dict[str, Any]] = []
     looked: dict[int, dict[str, Any] | None] = {}
     queries: dict[tuple[str, str], list[int]] = {}
+    tag_queries: dict[tuple[str, str], list[int]] = {}
     stopped: list[dict[str, Any]] = []
     info: dict[str, Any] = {}
     closed: dict[str, Any] = {}
@@ -313,6 +314,9 @@ def parse_java_dump(out: str) -> Dump:
             looked[line["offset"]] = _java_message(line) if "topic" in line else None
         elif kind == "query":
             queries[(line["topic"], line["key"])] = sorted(line["offsets"])
+        elif kind == "tagQuery":
+            # RocketMQ 5.4+ only (queryMessage with index type "T").
+            tag_queries[(line["topic"], line["tag"])] = sorted(line["offsets"])
         elif kind == "getMessageStopped":
             stopped.append({k: line[k] for k in ("topic", "queueId", "offset", "status")})
         elif kind == "closed":
@@ -329,7 +333,7 @@ def parse_java_dump(out: str) -> Dump:
         looked=looked,
         queries=queries,
         stopped=stopped,
-        extra={"info": info, "closed": closed},
+        extra={"info": info, "closed": closed, "tag_queries": tag_queries},
     )
 
 
@@ -363,8 +367,10 @@ def rmq_put(store: rmqstore.MessageStore, d: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def rmq_write(path: Path, sizes: Sizes, described: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    with rmqstore.MessageStore(path, **sizes.rmq()) as store:
+def rmq_write(
+    path: Path, sizes: Sizes, described: list[dict[str, Any]], **settings: Any
+) -> list[dict[str, Any]]:
+    with rmqstore.MessageStore(path, **{**sizes.rmq(), **settings}) as store:
         results = [rmq_put(store, d) for d in described]
         assert store.wait_dispatched(60)
     return results
@@ -482,6 +488,27 @@ def check_matches_described(
     # Every key finds exactly the messages that carry it.
     assert dump.queries == expected_queries(dump)
     assert dump.stopped == []
+
+
+def expected_tag_queries(dump: Dump) -> dict[tuple[str, str], list[int]]:
+    """What a tag query should answer for every (topic, TAGS value): the offsets of the
+    messages carrying exactly that value (at most 64, the harness's query size)."""
+    want: dict[tuple[str, str], set[int]] = {}
+    for m in dump.messages:
+        if m["properties"].get("TAGS"):
+            want.setdefault((m["topic"], m["properties"]["TAGS"]), set()).add(m["commitLogOffset"])
+    return {k: sorted(v) for k, v in want.items()}
+
+
+def rmq_tag_queries(path: Path, sizes: Sizes, tags: list[tuple[str, str]]) -> dict[Any, Any]:
+    """rmqstore's ``query_message_by_tag`` for every (topic, tag), offsets ascending."""
+    with rmqstore.MessageStore(path, **sizes.rmq()) as store:
+        return {
+            (topic, tag): sorted(
+                m.commit_log_offset for m in store.query_message_by_tag(topic, tag, 64, 0, None)
+            )
+            for topic, tag in tags
+        }
 
 
 def expected_queries(dump: Dump) -> dict[tuple[str, str], list[int]]:

@@ -22,7 +22,9 @@ from interop_harness import (
     check_matches_described,
     expand,
     expected_queries,
+    expected_tag_queries,
     rmq_dump,
+    rmq_tag_queries,
     rmq_write,
 )
 from rmqwire import read_commitlog, segment_files
@@ -121,6 +123,42 @@ def test_rmqstore_writes_rocketmq_reads(referee: JavaHarness, tmp_path: Path) ->
     ours = rmq_dump(store, SMALL)
     assert ours.extra["recovery"]["discarded_bytes"] == 0
     assert_same_dump(ours, theirs)
+
+
+def test_tag_index_entries_both_ways(
+    rocketmq: JavaHarness, rocketmq4: JavaHarness, tmp_path: Path
+) -> None:
+    """RocketMQ 5.5.1 also indexes each TAGS value (``topic#T#tags``) and answers tag queries
+    (``queryMessage`` with index type ``T``) from those entries. rmqstore writes them with
+    ``index_tags=True``: RocketMQ's tag queries on rmqstore's store find exactly the tagged
+    messages, rmqstore's ``query_message_by_tag`` on RocketMQ's store answers as RocketMQ
+    does, and RocketMQ 4.9.8 still reads the store (the extra entries are only chain links)."""
+    described = mixed_messages(5, 100)
+    ours = tmp_path / "ours"
+    puts = rmq_write(ours, SMALL, described, index_tags=True)
+    theirs = rocketmq.read(ours, SMALL)
+    check_matches_described(theirs, described, puts, SMALL)
+    want = expected_tag_queries(theirs)
+    assert len(want) == 6  # 2 topics x 3 tags (one of them non-ASCII)
+    assert theirs.extra["tag_queries"] == want
+    old = rocketmq4.read(ours, SMALL)
+    assert old.queries == expected_queries(old)
+    assert old.extra["tag_queries"] == {}  # 4.9.8 has no typed query
+    # Without the setting, 5.5.1's tag queries find nothing on rmqstore's store.
+    plain = tmp_path / "plain"
+    rmq_write(plain, SMALL, described)
+    plain_tags = rocketmq.read(plain, SMALL).extra["tag_queries"]
+    assert sorted(plain_tags) == sorted(want)
+    assert all(offsets == [] for offsets in plain_tags.values())
+    # RocketMQ writes: rmqstore's tag lookups answer as RocketMQ's own.
+    store = tmp_path / "theirs"
+    rocketmq.write(store, SMALL, described, tmp_path / "scratch")
+    read = rocketmq.read(store, SMALL)
+    assert read.extra["tag_queries"] == expected_tag_queries(read)
+    assert (
+        rmq_tag_queries(store, SMALL, sorted(read.extra["tag_queries"]))
+        == (read.extra["tag_queries"])
+    )
 
 
 @pytest.mark.parametrize("first", ["rocketmq", "rmqstore"])

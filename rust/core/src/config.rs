@@ -52,6 +52,11 @@ pub struct StoreConfig {
     pub mapped_file_size_consume_queue: i64,
     /// `messageIndexEnable`.
     pub message_index_enable: bool,
+    /// Also index each message's TAGS value, as `topic#T#tags` after its UNIQ_KEY and KEYS
+    /// entries: what RocketMQ 5.4 and later (5.5.1) write, and what their tag queries
+    /// (`queryMessage` with index type `T`) look up. Off by default (the index of STORE_SPEC
+    /// §4 and of RocketMQ 4.x/5.3).
+    pub index_tags: bool,
     /// `maxHashSlotNum`.
     pub max_hash_slot_num: i32,
     /// `maxIndexNum`.
@@ -103,6 +108,7 @@ impl Default for StoreConfig {
             },
             mapped_file_size_consume_queue: 300_000 * 20,
             message_index_enable: true,
+            index_tags: false,
             max_hash_slot_num: 5_000_000,
             max_index_num: 20_000_000,
             max_msgs_num_batch: 64,

@@ -916,7 +916,7 @@ pub struct IndexBatch {
     hashes: Vec<i32>,
     /// Per message: phy offset, store timestamp, end of its keys in `hashes` (set when hashed).
     messages: Vec<(i64, i64, usize)>,
-    /// Key text of the messages not hashed yet: UNIQ_KEY then KEYS, both as ranges of `text`,
+    /// Key text of the messages not hashed yet: UNIQ_KEY, KEYS and TAGS as ranges of `text`,
     /// and the hash of their `topic#`.
     pending: Vec<PendingKeys>,
     text: Vec<u8>,
@@ -930,16 +930,24 @@ struct PendingKeys {
     prefix: i32,
     uniq: Option<(u32, u32)>,
     keys: (u32, u32),
+    tags: Option<(u32, u32)>,
 }
 
+/// What RocketMQ 5.4+ puts between `topic#` and a TAGS value (`MessageConst.INDEX_TAG_TYPE`
+/// and the separator): `topic#T#tags`.
+pub const TAG_KEY_INFIX: &str = "T#";
+
 impl IndexBatch {
-    /// Queues `topic#UNIQ_KEY` and `topic#k` for every non-empty space-separated `k` of `keys`,
-    /// in RocketMQ's order. ROLLBACK messages are not indexed.
+    /// Queues `topic#UNIQ_KEY`, `topic#k` for every non-empty space-separated `k` of `keys`,
+    /// and, when given (RocketMQ 5.4+), `topic#T#tags` for a non-empty `tags`, in RocketMQ's
+    /// order. ROLLBACK messages are not indexed.
+    #[allow(clippy::too_many_arguments)]
     pub fn add(
         &mut self,
         topic: &str,
         keys: Option<&str>,
         uniq_key: Option<&str>,
+        tags: Option<&str>,
         phy_offset: i64,
         store_timestamp: i64,
         sys_flag: i32,
@@ -958,10 +966,12 @@ impl IndexBatch {
         };
         let uniq = uniq_key.map(&mut push);
         let keys = push(keys.unwrap_or(""));
+        let tags = tags.filter(|t| !t.is_empty()).map(&mut push);
         self.pending.push(PendingKeys {
             prefix: self.topic_prefix,
             uniq,
             keys,
+            tags,
         });
         self.messages.push((phy_offset, store_timestamp, 0));
     }
@@ -980,6 +990,10 @@ impl IndexBatch {
                     .filter(|k| !k.is_empty()),
             );
             self.hashes.extend(all.map(|k| topic_key_hash(p.prefix, k)));
+            if let Some(t) = p.tags {
+                let typed = crate::util::java_hash_extend(p.prefix, TAG_KEY_INFIX);
+                self.hashes.push(topic_key_hash(typed, text(t)));
+            }
             self.messages[first + i].2 = self.hashes.len();
         }
         self.pending.clear();
@@ -1013,6 +1027,8 @@ pub struct IndexService {
     hash_slot_num: i32,
     index_num: i32,
     max_msgs_num_batch: AtomicUsize,
+    /// Dispatch also puts `topic#T#tags` (RocketMQ 5.4+).
+    index_tags: std::sync::atomic::AtomicBool,
     /// Oldest first. Readers snapshot it; only the writer and deletions change it.
     files: RwLock<Vec<Arc<IndexFile>>>,
     /// Serializes index building, rolling and recovery-time deletion, and caches the file
@@ -1104,6 +1120,7 @@ impl IndexService {
             hash_slot_num,
             index_num,
             max_msgs_num_batch: AtomicUsize::new(DEFAULT_MAX_MSGS_NUM_BATCH),
+            index_tags: std::sync::atomic::AtomicBool::new(false),
             files: RwLock::new(files),
             writer: Mutex::new(None),
             pending_flushes: Mutex::new(Vec::new()),
@@ -1150,6 +1167,15 @@ impl IndexService {
 
     pub fn set_max_msgs_num_batch(&self, n: usize) {
         self.max_msgs_num_batch.store(n, Ordering::Relaxed);
+    }
+
+    /// Whether dispatch also indexes TAGS values (see [`crate::StoreConfig::index_tags`]).
+    pub fn index_tags(&self) -> bool {
+        self.index_tags.load(Ordering::Relaxed)
+    }
+
+    pub fn set_index_tags(&self, on: bool) {
+        self.index_tags.store(on, Ordering::Relaxed);
     }
 
     /// The files, oldest first (a snapshot).
@@ -1217,7 +1243,15 @@ impl IndexService {
         sys_flag: i32,
     ) -> Result<()> {
         let mut batch = IndexBatch::default();
-        batch.add(topic, keys, uniq_key, phy_offset, store_timestamp, sys_flag);
+        batch.add(
+            topic,
+            keys,
+            uniq_key,
+            None,
+            phy_offset,
+            store_timestamp,
+            sys_flag,
+        );
         self.build_batch(&mut batch)
     }
 

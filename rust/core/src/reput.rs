@@ -140,6 +140,8 @@ enum Sink<'a> {
 struct Dispatcher<'a> {
     cqs: &'a ConsumeQueueStore,
     indexing: bool,
+    /// Index TAGS values too (RocketMQ 5.4+).
+    index_tags: bool,
     sink: Sink<'a>,
     batch: DispatchBatch,
     /// The topic and queue id of the current run, as raw bytes (UTF-8 decoded once per run).
@@ -152,10 +154,11 @@ struct Dispatcher<'a> {
 }
 
 impl<'a> Dispatcher<'a> {
-    fn new(cqs: &'a ConsumeQueueStore, indexing: bool, sink: Sink<'a>) -> Self {
+    fn new(cqs: &'a ConsumeQueueStore, index: Option<&IndexService>, sink: Sink<'a>) -> Self {
         Dispatcher {
             cqs,
-            indexing,
+            indexing: index.is_some(),
+            index_tags: index.is_some_and(IndexService::index_tags),
             sink,
             batch: DispatchBatch::default(),
             run_topic: Vec::new(),
@@ -206,6 +209,7 @@ impl<'a> Dispatcher<'a> {
                 &self.topic,
                 props.keys,
                 props.uniq_key,
+                props.tags.filter(|_| self.index_tags),
                 d.physical_offset,
                 d.store_timestamp,
                 d.sys_flag,
@@ -277,7 +281,7 @@ pub fn reput(
             let sink = Sink::Channel(out, reuse);
             let parsed = pass(
                 commitlog,
-                Dispatcher::new(cqs, true, sink),
+                Dispatcher::new(cqs, index, sink),
                 &mut at,
                 end,
                 max_bytes,
@@ -298,7 +302,7 @@ pub fn reput(
         let sink = Sink::Inline(Applier { index, tail: None });
         pass(
             commitlog,
-            Dispatcher::new(cqs, index.is_some(), sink),
+            Dispatcher::new(cqs, index, sink),
             from,
             end,
             max_bytes,

@@ -184,6 +184,7 @@ impl MessageStore {
             )?;
             // query_message caps results itself (after exact key checks).
             index.set_max_msgs_num_batch(usize::MAX);
+            index.set_index_tags(config.index_tags);
             Some(index)
         } else {
             None
@@ -934,6 +935,32 @@ impl MessageStore {
         begin: i64,
         end: i64,
     ) -> Result<Vec<MessageExt>> {
+        self.query_index(topic, key, false, max_num, begin, end)
+    }
+
+    /// Messages of `topic` whose TAGS value equals `tag` exactly, newest first, through the
+    /// `topic#T#tags` index entries RocketMQ 5.4+ writes (and rmqstore with
+    /// [`StoreConfig::index_tags`]); messages indexed without them are not found.
+    pub fn query_message_by_tag(
+        &self,
+        topic: &str,
+        tag: &str,
+        max_num: usize,
+        begin: i64,
+        end: i64,
+    ) -> Result<Vec<MessageExt>> {
+        self.query_index(topic, tag, true, max_num, begin, end)
+    }
+
+    fn query_index(
+        &self,
+        topic: &str,
+        key: &str,
+        by_tag: bool,
+        max_num: usize,
+        begin: i64,
+        end: i64,
+    ) -> Result<Vec<MessageExt>> {
         if self.read_only {
             return Err(StoreError::ReadOnly(
                 "query_message (key lookups read the index files, which a read-only store does                  not open yet)"
@@ -953,8 +980,19 @@ impl MessageStore {
             let mut seen = std::collections::HashSet::new();
             let mut want = max_num.saturating_mul(4).max(16);
             let mut checked = 0;
+            let indexed_key = if by_tag {
+                format!("{}{key}", crate::index::TAG_KEY_INFIX)
+            } else {
+                key.to_owned()
+            };
             loop {
-                let q = index.query_offset(topic, key, want, begin.saturating_sub(1000), i64::MAX);
+                let q = index.query_offset(
+                    topic,
+                    &indexed_key,
+                    want,
+                    begin.saturating_sub(1000),
+                    i64::MAX,
+                );
                 for &off in q.phy_offsets.iter().skip(checked) {
                     if found.len() >= max_num {
                         break;
@@ -965,8 +1003,13 @@ impl MessageStore {
                     let Ok(Some(m)) = o.commitlog.with_record(off, MessageExt::from_record) else {
                         continue;
                     };
+                    let key_matches = if by_tag {
+                        m.property(property::TAGS) == Some(key)
+                    } else {
+                        m.keys().contains(&key) || m.property(property::UNIQ_KEY) == Some(key)
+                    };
                     let matches = m.topic() == topic
-                        && (m.keys().contains(&key) || m.property(property::UNIQ_KEY) == Some(key))
+                        && key_matches
                         && (begin..=end).contains(&m.store_timestamp);
                     if matches {
                         found.push(m);

@@ -1,6 +1,7 @@
 //! Dispatch rules that the Python API cannot reach: transaction types and the confirm offset.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmqstore_core::message::{property, sysflag};
@@ -156,34 +157,27 @@ fn a_large_backlog_is_dispatched_on_two_threads_to_the_same_result() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-#[test]
-fn sync_flush_puts_return_forced_and_share_forces() {
-    let d = dir("group");
-    let cfg = StoreConfig {
-        flush_disk_type: FlushDiskType::SyncFlush,
-        mapped_file_size_commit_log: 1 << 20,
-        ..config()
-    };
-    let store = std::sync::Arc::new(MessageStore::open(&d, cfg).unwrap());
-    // Without a group-commit service a put forces by itself.
-    let r = store.put_message(&msg("G", "solo", 0)).unwrap();
-    assert_eq!(r.status, rmqstore_core::PutMessageStatus::PutOk);
-    assert!(store.flushed_where().unwrap() >= r.wrote_offset + r.wrote_bytes);
+/// Runs a group-commit service (rounds of `group_commit_run` with `budget`; zero: one round
+/// per call) and `threads` producers of `puts` SYNC_FLUSH puts each; every put must return
+/// PUT_OK with its bytes forced. Returns the forces the service did.
+fn sync_producers(store: &Arc<MessageStore>, threads: usize, puts: usize, budget: Duration) -> u64 {
     store.attach_group_commit().unwrap();
     let service = {
         let store = store.clone();
         std::thread::spawn(move || loop {
-            let step = store.group_commit_step(Duration::from_millis(10)).unwrap();
+            let step = store
+                .group_commit_run(Duration::from_millis(10), budget)
+                .unwrap();
             if step.stopped {
                 return step.forces;
             }
         })
     };
-    let producers: Vec<_> = (0..8)
+    let producers: Vec<_> = (0..threads)
         .map(|t| {
             let store = store.clone();
             std::thread::spawn(move || {
-                for i in 0..50 {
+                for i in 0..puts {
                     let r = store
                         .put_message(&msg("G", &format!("{t}-{i}"), 0))
                         .unwrap();
@@ -201,7 +195,23 @@ fn sync_flush_puts_return_forced_and_share_forces() {
         p.join().unwrap();
     }
     store.stop_services();
-    let forces = service.join().unwrap();
+    service.join().unwrap()
+}
+
+#[test]
+fn sync_flush_puts_return_forced_and_share_forces() {
+    let d = dir("group");
+    let cfg = StoreConfig {
+        flush_disk_type: FlushDiskType::SyncFlush,
+        mapped_file_size_commit_log: 1 << 20,
+        ..config()
+    };
+    let store = Arc::new(MessageStore::open(&d, cfg).unwrap());
+    // Without a group-commit service a put forces by itself.
+    let r = store.put_message(&msg("G", "solo", 0)).unwrap();
+    assert_eq!(r.status, rmqstore_core::PutMessageStatus::PutOk);
+    assert!(store.flushed_where().unwrap() >= r.wrote_offset + r.wrote_bytes);
+    let forces = sync_producers(&store, 8, 50, Duration::ZERO);
     assert!(forces >= 1);
     assert!(forces < 400, "400 puts took {forces} forces: no sharing");
     store.close().unwrap();
@@ -219,42 +229,12 @@ fn many_sync_producers_are_all_woken_through_the_relay() {
         mapped_file_size_commit_log: 4 << 20,
         ..config()
     };
-    let store = std::sync::Arc::new(MessageStore::open(&d, cfg).unwrap());
-    store.attach_group_commit().unwrap();
-    let service = {
-        let store = store.clone();
-        std::thread::spawn(move || loop {
-            let step = store
-                .group_commit_run(Duration::from_millis(10), Duration::from_millis(50))
-                .unwrap();
-            if step.stopped {
-                return step.forces;
-            }
-        })
-    };
-    let producers: Vec<_> = (0..32)
-        .map(|t| {
-            let store = store.clone();
-            std::thread::spawn(move || {
-                for i in 0..40 {
-                    let r = store
-                        .put_message(&msg("R", &format!("{t}-{i}"), 0))
-                        .unwrap();
-                    assert_eq!(r.status, rmqstore_core::PutMessageStatus::PutOk);
-                    assert!(store.flushed_where().unwrap() >= r.wrote_offset + r.wrote_bytes);
-                }
-            })
-        })
-        .collect();
-    for p in producers {
-        p.join().unwrap();
-    }
+    let store = Arc::new(MessageStore::open(&d, cfg).unwrap());
+    let forces = sync_producers(&store, 32, 40, Duration::from_millis(50));
     assert!(
-        store.group_commit_forces().unwrap() < 1280 / 2,
-        "forces not shared"
+        forces < 1280 / 2,
+        "1280 puts took {forces} forces: no sharing"
     );
-    store.stop_services();
-    service.join().unwrap();
     store.close().unwrap();
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -45,6 +45,7 @@ fn config_from_dict(cfg: &Bound<'_, PyDict>) -> PyResult<StoreConfig> {
         check_crc_on_recover,
         mapped_file_size_consume_queue,
         message_index_enable,
+        index_tags,
         max_hash_slot_num,
         max_index_num,
         max_msgs_num_batch,
@@ -144,6 +145,32 @@ impl Store {
     ) -> PyResult<T> {
         let store = &self.inner;
         py.detach(|| f(store)).into_py_result()
+    }
+
+    /// `query_message` (by key) or `query_message_by_tag`.
+    #[allow(clippy::too_many_arguments)]
+    fn query_index(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        key: &str,
+        by_tag: bool,
+        max_num: usize,
+        begin: i64,
+        end: Option<i64>,
+    ) -> PyResult<Vec<MessageExt>> {
+        let end = end.unwrap_or(i64::MAX);
+        let found = self.run(py, |s| {
+            if by_tag {
+                s.query_message_by_tag(topic, key, max_num, begin, end)
+            } else {
+                s.query_message(topic, key, max_num, begin, end)
+            }
+        })?;
+        Ok(found
+            .into_iter()
+            .map(|inner| MessageExt { inner })
+            .collect())
     }
 }
 
@@ -376,15 +403,36 @@ impl Store {
         begin_timestamp: i64,
         end_timestamp: Option<i64>,
     ) -> PyResult<Vec<MessageExt>> {
-        let store = &self.inner;
-        let end = end_timestamp.unwrap_or(i64::MAX);
-        let found = py
-            .detach(|| store.query_message(topic, key, max_num, begin_timestamp, end))
-            .into_py_result()?;
-        Ok(found
-            .into_iter()
-            .map(|inner| MessageExt { inner })
-            .collect())
+        self.query_index(
+            py,
+            topic,
+            key,
+            false,
+            max_num,
+            begin_timestamp,
+            end_timestamp,
+        )
+    }
+
+    #[pyo3(signature = (topic, tag, max_num=32, begin_timestamp=0, end_timestamp=None))]
+    fn query_message_by_tag(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        tag: &str,
+        max_num: usize,
+        begin_timestamp: i64,
+        end_timestamp: Option<i64>,
+    ) -> PyResult<Vec<MessageExt>> {
+        self.query_index(
+            py,
+            topic,
+            tag,
+            true,
+            max_num,
+            begin_timestamp,
+            end_timestamp,
+        )
     }
 
     fn get_max_offset_in_queue(&self, py: Python<'_>, topic: &str, queue_id: i32) -> PyResult<i64> {

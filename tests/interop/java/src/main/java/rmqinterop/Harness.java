@@ -425,6 +425,7 @@ public final class Harness {
             queues.put(t.getKey(), q);
         }
         LinkedHashSet<String> keys = new LinkedHashSet<>();
+        LinkedHashSet<String> tags = new LinkedHashSet<>();
         for (Map.Entry<String, Map<Long, Long>> t : queues.entrySet()) {
             String topic = t.getKey();
             for (Long qidL : t.getValue().keySet()) {
@@ -461,6 +462,10 @@ public final class Harness {
                             if (uniq != null && !uniq.isEmpty()) {
                                 keys.add(topic + "\u0000" + uniq);
                             }
+                            String tg = m.getTags();
+                            if (tg != null && !tg.isEmpty()) {
+                                tags.add(topic + "\u0000" + tg);
+                            }
                             String ks = m.getKeys();
                             if (ks != null) {
                                 for (String k : ks.split(MessageConst.KEY_SEPARATOR)) {
@@ -485,24 +490,43 @@ public final class Harness {
         for (String tk : keys) {
             String topic = tk.substring(0, tk.indexOf('\u0000'));
             String key = tk.substring(tk.indexOf('\u0000') + 1);
-            QueryMessageResult q = store.queryMessage(topic, key, 64, 0, Long.MAX_VALUE);
-            List<Object> offsets = new ArrayList<>();
-            try {
-                for (ByteBuffer buf : q.getMessageBufferList()) {
-                    offsets.add(decode(buf.slice()).getCommitLogOffset());
-                }
-            } finally {
-                q.release();
-            }
-            Map<String, Object> o = new LinkedHashMap<>();
-            o.put("kind", "query");
-            o.put("topic", topic);
-            o.put("key", key);
-            o.put("offsets", offsets);
-            OUT.println(Json.write(o));
+            printQuery("query", topic, "key", key, store.queryMessage(topic, key, 64, 0, Long.MAX_VALUE));
+        }
+        // 5.4+: queryMessage with index type "T" looks up the topic#T#tags entries.
+        java.lang.reflect.Method typedQuery = null;
+        try {
+            typedQuery = DefaultMessageStore.class.getMethod("queryMessage", String.class, String.class,
+                int.class, long.class, long.class, String.class, String.class);
+        } catch (NoSuchMethodException absentBefore54) {
+            // 4.9.x and 5.3: no typed index entries.
+        }
+        for (String tt : typedQuery == null ? new LinkedHashSet<String>() : tags) {
+            String topic = tt.substring(0, tt.indexOf('\u0000'));
+            String tag = tt.substring(tt.indexOf('\u0000') + 1);
+            printQuery("tagQuery", topic, "tag", tag,
+                (QueryMessageResult) typedQuery.invoke(store, topic, tag, 64, 0L, Long.MAX_VALUE, "T", null));
         }
         close();
         return 0;
+    }
+
+    /** One line of a query's answer: the commitlog offsets of the messages it returned. */
+    private static void printQuery(String kind, String topic, String field, String value, QueryMessageResult q)
+        throws Exception {
+        List<Object> offsets = new ArrayList<>();
+        try {
+            for (ByteBuffer buf : q.getMessageBufferList()) {
+                offsets.add(decode(buf.slice()).getCommitLogOffset());
+            }
+        } finally {
+            q.release();
+        }
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("kind", kind);
+        o.put("topic", topic);
+        o.put(field, value);
+        o.put("offsets", offsets);
+        OUT.println(Json.write(o));
     }
 
     // -- bench ---------------------------------------------------------------------------
