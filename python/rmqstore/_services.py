@@ -41,6 +41,9 @@ class ServiceThread:
 
     #: While a round keeps failing, the error is logged again once per this many failures.
     repeat_log_every = 60
+    #: Pause after a failed round before trying again, for services whose rounds do not wait
+    #: on their own.
+    retry_seconds = 1.0
 
     def __init__(self) -> None:
         self._stopped = threading.Event()
@@ -49,9 +52,14 @@ class ServiceThread:
         self.failures = 0
         self._failing = 0
 
-    def _round_failed(self, what: str) -> None:
-        """Counts a failed round (call from an ``except`` block). The first failure of a run is
-        logged with its traceback, then one line per ``repeat_log_every`` failures."""
+    def _round_failed(self, what: str, pause: float = 0.0) -> bool:
+        """Counts a failed round (call from an ``except`` block) and returns whether the
+        service goes on: not once it is asked to stop (the failure is then the store closing),
+        nor when it is stopped during the ``pause`` before its next round. The first failure
+        of a run is logged with its traceback, then one line per ``repeat_log_every``
+        failures."""
+        if self._stopped.is_set():
+            return False
         self.failures += 1
         self._failing += 1
         if self._failing == 1:
@@ -64,6 +72,7 @@ class ServiceThread:
                 self._failing,
                 sys.exc_info()[1],
             )
+        return not (pause and self._stopped.wait(pause))
 
     def _round_ok(self, what: str) -> None:
         if self._failing:
@@ -159,8 +168,6 @@ class ReputMessageService(ServiceThread):
     #: How long one call keeps dispatching while there is work before it comes back to Python
     #: (a return per chunk would queue for the GIL behind every producer).
     budget_ms = 200
-    #: Pause after a failed round before trying again.
-    retry_seconds = 1.0
 
     def __init__(self, core: Store) -> None:
         super().__init__()
@@ -173,10 +180,7 @@ class ReputMessageService(ServiceThread):
                 self.chunk_bytes, self.poll_ms, self.budget_ms
             )
         except Exception:
-            if self._stopped.is_set():
-                return False
-            self._round_failed("dispatch")
-            return not self._stopped.wait(self.retry_seconds)
+            return self._round_failed("dispatch", self.retry_seconds)
         self._round_ok("dispatch")
         self.dispatched += dispatched
         return True
@@ -237,10 +241,7 @@ class _PeriodicFlush(_PagedService):
             self.flush(least)
             self.rounds += 1
         except Exception:
-            if self._stopped.is_set():
-                return False
-            self._round_failed("force")
-            return True
+            return self._round_failed("force")
         self._round_ok("force")
         return True
 
@@ -291,9 +292,6 @@ class CommitRealTimeService(_PagedService):
         "commit_commit_log_thorough_interval",
     )
 
-    #: Pause after a failed round before trying again.
-    retry_seconds = 1.0
-
     def __init__(self, core: Store, interval_ms: int, least_pages: int, thorough_ms: int) -> None:
         super().__init__(core, interval_ms, least_pages, thorough_ms)
         self.commits = 0
@@ -303,10 +301,7 @@ class CommitRealTimeService(_PagedService):
         try:
             committed, stopped = self._core.commit_step(least, self.interval_ms)
         except Exception:
-            if self._stopped.is_set():
-                return False
-            self._round_failed("commit")
-            return not self._stopped.wait(self.retry_seconds)
+            return self._round_failed("commit", self.retry_seconds)
         self._round_ok("commit")
         self.rounds += 1
         self.commits += committed
@@ -376,10 +371,7 @@ class CheckpointService(ServiceThread):
             self._core.flush_checkpoint()
             self.rounds += 1
         except Exception:
-            if self._stopped.is_set():
-                return False
-            self._round_failed("checkpoint")
-            return True
+            return self._round_failed("checkpoint")
         self._round_ok("checkpoint")
         return True
 

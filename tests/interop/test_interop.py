@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from interop_harness import (
+    Dump,
     JavaHarness,
     Sizes,
     assert_same_dump,
@@ -211,20 +212,31 @@ def _big_bodies() -> list[dict[str, Any]]:
     return out
 
 
+def _write_then_both_read(
+    rocketmq: JavaHarness,
+    tmp_path: Path,
+    writer: str,
+    sizes: Sizes,
+    described: list[dict[str, Any]],
+) -> Dump:
+    """``writer`` puts the messages into a new store; rmqstore's reading must match them and
+    RocketMQ's reading must equal rmqstore's. Returns rmqstore's dump."""
+    store = tmp_path / "store"
+    if writer == "rocketmq":
+        puts = rocketmq.write(store, sizes, described, tmp_path / "scratch")
+    else:
+        puts = rmq_write(store, sizes, described)
+    ours = rmq_dump(store, sizes)
+    check_matches_described(ours, described, puts, sizes)
+    assert_same_dump(ours, rocketmq.read(store, sizes))
+    return ours
+
+
 @pytest.mark.parametrize("writer", ["rocketmq", "rmqstore"])
 def test_four_mib_bodies(rocketmq: JavaHarness, tmp_path: Path, writer: str) -> None:
     """4 MiB bodies (RocketMQ's maxMessageSize) roll 8 MiB segments; both read them back."""
-    store = tmp_path / "store"
-    described = _big_bodies()
-    if writer == "rocketmq":
-        puts = rocketmq.write(store, BIG, described, tmp_path / "scratch")
-    else:
-        puts = rmq_write(store, BIG, described)
-    assert len(segment_files(store)) >= 2
-    ours = rmq_dump(store, BIG)
-    check_matches_described(ours, described, puts, BIG)
-    theirs = rocketmq.read(store, BIG)
-    assert_same_dump(ours, theirs)
+    _write_then_both_read(rocketmq, tmp_path, writer, BIG, _big_bodies())
+    assert len(segment_files(tmp_path / "store")) >= 2
 
 
 IPV6_STORE = Sizes(store_host="[fd00::1:2]:10911")
@@ -233,17 +245,8 @@ IPV6_STORE = Sizes(store_host="[fd00::1:2]:10911")
 @pytest.mark.parametrize("writer", ["rocketmq", "rmqstore"])
 def test_ipv6_store_host(rocketmq: JavaHarness, tmp_path: Path, writer: str) -> None:
     """An IPv6 store host (20-byte STOREHOST, sysflag bit 5, 56-character message ids)."""
-    store = tmp_path / "store"
-    described = mixed_messages(3, 40)
-    if writer == "rocketmq":
-        puts = rocketmq.write(store, IPV6_STORE, described, tmp_path / "scratch")
-    else:
-        puts = rmq_write(store, IPV6_STORE, described)
-    ours = rmq_dump(store, IPV6_STORE)
-    check_matches_described(ours, described, puts, IPV6_STORE)
+    ours = _write_then_both_read(rocketmq, tmp_path, writer, IPV6_STORE, mixed_messages(3, 40))
     assert all(m["sysFlag"] & 0x20 and len(m["msgId"]) == 56 for m in ours.messages)
-    theirs = rocketmq.read(store, IPV6_STORE)
-    assert_same_dump(ours, theirs)
 
 
 SYNC = Sizes(flush="SYNC_FLUSH")
@@ -252,16 +255,7 @@ SYNC = Sizes(flush="SYNC_FLUSH")
 @pytest.mark.parametrize("writer", ["rocketmq", "rmqstore"])
 def test_sync_flush_both_ways(rocketmq: JavaHarness, tmp_path: Path, writer: str) -> None:
     """SYNC_FLUSH on both sides (dispatch bounded by the flushed offset): the same store."""
-    store = tmp_path / "store"
-    described = mixed_messages(6, 40)
-    if writer == "rocketmq":
-        puts = rocketmq.write(store, SYNC, described, tmp_path / "scratch")
-    else:
-        puts = rmq_write(store, SYNC, described)
-    ours = rmq_dump(store, SYNC)
-    check_matches_described(ours, described, puts, SYNC)
-    theirs = rocketmq.read(store, SYNC)
-    assert_same_dump(ours, theirs)
+    _write_then_both_read(rocketmq, tmp_path, writer, SYNC, mixed_messages(6, 40))
 
 
 def test_sigkill_of_the_rocketmq_writer(rocketmq: JavaHarness, tmp_path: Path) -> None:

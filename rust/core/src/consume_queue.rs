@@ -79,14 +79,19 @@ impl ConsumeQueue {
     /// Loads (or starts) the queue in `dir` with segments of `file_size` bytes (a multiple of
     /// 20). Positions are those of the files; call [`ConsumeQueue::recover`] before use.
     pub fn load(topic: &str, queue_id: i32, dir: &Path, file_size: i64) -> Result<ConsumeQueue> {
-        Ok(ConsumeQueue {
+        let queue = MappedFileQueue::load(dir, file_size)?;
+        Ok(Self::over(topic, queue_id, queue, -1))
+    }
+
+    fn over(topic: &str, queue_id: i32, queue: MappedFileQueue, read_only_end: i64) -> Self {
+        ConsumeQueue {
             topic: topic.to_owned(),
             queue_id,
-            queue: MappedFileQueue::load(dir, file_size)?,
+            queue,
             max_physic_offset: AtomicI64::new(-1),
             min_logic_offset: AtomicI64::new(0),
-            read_only_end: AtomicI64::new(-1),
-        })
+            read_only_end: AtomicI64::new(read_only_end),
+        }
     }
 
     /// Opens a queue another process writes, for reading only (nothing is created or changed).
@@ -97,14 +102,8 @@ impl ConsumeQueue {
         dir: &Path,
         file_size: i64,
     ) -> Result<ConsumeQueue> {
-        Ok(ConsumeQueue {
-            topic: topic.to_owned(),
-            queue_id,
-            queue: MappedFileQueue::load_read_only(dir, file_size)?,
-            max_physic_offset: AtomicI64::new(-1),
-            min_logic_offset: AtomicI64::new(0),
-            read_only_end: AtomicI64::new(0),
-        })
+        let queue = MappedFileQueue::load_read_only(dir, file_size)?;
+        Ok(Self::over(topic, queue_id, queue, 0))
     }
 
     /// Read-only queues: extends the readable end over the units dispatched since the last

@@ -246,15 +246,24 @@ impl MappedFile {
     /// `isAbleToCommit`: full, or at least `least_pages` whole pages appended since the last
     /// commit (any byte when `least_pages` is 0).
     pub fn is_able_to_commit(&self, least_pages: i64) -> bool {
-        let committed = self.committed_position();
-        let wrote = self.wrote_position();
-        if self.is_full() && committed < self.file_size {
+        self.is_able_to_move(
+            self.committed_position(),
+            self.wrote_position(),
+            least_pages,
+        )
+    }
+
+    /// Whether a commit or flush that has reached `done` should move towards `upto`: the
+    /// segment is full and not done, or at least `least_pages` whole pages lie between them
+    /// (any byte when `least_pages` is 0). RocketMQ's `isAbleToCommit` and `isAbleToFlush`.
+    fn is_able_to_move(&self, done: i64, upto: i64, least_pages: i64) -> bool {
+        if self.is_full() && done < self.file_size {
             return true;
         }
         if least_pages > 0 {
-            return (wrote / OS_PAGE_SIZE - committed / OS_PAGE_SIZE) >= least_pages;
+            return (upto / OS_PAGE_SIZE - done / OS_PAGE_SIZE) >= least_pages;
         }
-        wrote > committed
+        upto > done
     }
 
     /// `commit`: copies what was appended to the write buffer since the last commit into the
@@ -372,15 +381,7 @@ impl MappedFile {
     /// `isAbleToFlush`: full, or at least `least_pages` whole pages written since the last flush
     /// (any byte when `least_pages` is 0).
     pub fn is_able_to_flush(&self, least_pages: i64) -> bool {
-        let flushed = self.flushed_position();
-        let write = self.read_position();
-        if self.is_full() && flushed < self.file_size {
-            return true;
-        }
-        if least_pages > 0 {
-            return (write / OS_PAGE_SIZE - flushed / OS_PAGE_SIZE) >= least_pages;
-        }
-        write > flushed
+        self.is_able_to_move(self.flushed_position(), self.read_position(), least_pages)
     }
 
     /// Forces written bytes to disk when `is_able_to_flush(least_pages)`; returns the flushed

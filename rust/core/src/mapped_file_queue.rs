@@ -313,14 +313,18 @@ impl MappedFileQueue {
         self.committed_where.store(offset, Ordering::Release);
     }
 
+    /// The segment a commit or flush position is in (the first segment for position 0, whatever
+    /// offset it starts at).
+    fn segment_at(&self, position: i64) -> Option<Arc<MappedFile>> {
+        self.find_by_offset(position)
+            .or_else(|| if position == 0 { self.first() } else { None })
+    }
+
     /// `commit(leastPages)` on the segment holding the committed position; true iff nothing
     /// moved. A segment without a write buffer counts as committed up to what it holds.
     pub fn commit(&self, least_pages: i64) -> Result<bool> {
         let where_ = self.committed_where();
-        let file =
-            self.find_by_offset(where_)
-                .or_else(|| if where_ == 0 { self.first() } else { None });
-        let Some(file) = file else {
+        let Some(file) = self.segment_at(where_) else {
             return Ok(true);
         };
         let new_where = file.file_from_offset() + file.commit(least_pages)?;
@@ -340,10 +344,7 @@ impl MappedFileQueue {
     /// `flush(leastPages)` on the segment holding the flushed position; true iff nothing moved.
     pub fn flush(&self, least_pages: i64) -> Result<bool> {
         let where_ = self.flushed_where();
-        let file =
-            self.find_by_offset(where_)
-                .or_else(|| if where_ == 0 { self.first() } else { None });
-        let Some(file) = file else {
+        let Some(file) = self.segment_at(where_) else {
             return Ok(true);
         };
         let ts = file.store_timestamp();
