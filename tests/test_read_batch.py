@@ -48,8 +48,13 @@ def test_large_read_equals_get_message(open_store) -> None:
     n = 40_001
     for i in range(n):
         tags = f"T{i % 3}" if i % 5 else None
+        if i % 11 == 0:
+            tags = "標籤-longer-than-sixteen-bytes"
         keys = [f"k{i}", "shared"] if i % 2 else None
-        props = {"idx": str(i)} if i % 7 == 0 else None
+        if i % 13 == 0:
+            keys = [f"a-key-longer-than-sixteen-bytes-{i}", "ключ", "k"]
+        # Short and long (over 16 bytes), ASCII and not: every copy path of the columns.
+        props = {"idx": str(i), "note": "zürich 東京 🙂" * (1 + i % 3)} if i % 7 == 0 else None
         msg = Message("Big", b"b%d" % i * (1 + i % 4), tags=tags, keys=keys, properties=props)
         assert store.put_message(msg).ok
     assert store.wait_dispatched()
