@@ -1,6 +1,8 @@
 //! Dispatch rate of the core (consume queue unit + index keys per message) next to the batch
 //! append rate of the same messages. `cargo run --release -p rmqstore-core --example
-//! dispatch_bench [body_size] [batches]`.
+//! dispatch_bench [body_size] [batches]`. `STEP=<bytes>` dispatches in steps of that size
+//! (below `PARALLEL_DISPATCH_BYTES` every step runs on one thread); `NO_INDEX=1` turns the index
+//! off; `PAUSE_MS` waits between the append and the dispatch.
 
 use std::time::{Duration, Instant};
 
@@ -47,10 +49,14 @@ fn main() {
         eprintln!("appended; dispatching in {ms} ms");
         std::thread::sleep(Duration::from_millis(ms.parse().unwrap_or(0)));
     }
+    let step_bytes: i64 = std::env::var("STEP")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64 << 20);
     let t = Instant::now();
     loop {
         let s = store
-            .dispatch_step(64 << 20, Duration::ZERO)
+            .dispatch_step(step_bytes, Duration::ZERO)
             .expect("dispatch");
         n += s.dispatched;
         if s.behind == 0 {

@@ -131,6 +131,39 @@ pub fn topic_key_hash(topic_prefix_hash: i32, key: &str) -> i32 {
         .unwrap_or(0)
 }
 
+/// [`topic_key_hash`] of key text copied from a `&str` (so valid UTF-8).
+fn topic_key_hash_bytes(topic_prefix_hash: i32, key: &[u8]) -> i32 {
+    topic_key_hash(topic_prefix_hash, std::str::from_utf8(key).unwrap_or(""))
+}
+
+/// Pushes the [`topic_key_hash`] of every non-empty key of a KEYS value (keys separated by
+/// spaces, as `MessageConst.KEY_SEPARATOR`). ASCII text, the common case, is checked once and
+/// split without UTF-8 decoding; other text goes through the UTF-16 hash key by key.
+fn push_key_hashes(out: &mut Vec<i32>, topic_prefix_hash: i32, keys: &[u8]) {
+    if !keys.is_ascii() {
+        let text = std::str::from_utf8(keys).unwrap_or("");
+        out.extend(
+            text.split(crate::message::property::KEY_SEPARATOR)
+                .filter(|k| !k.is_empty())
+                .map(|k| topic_key_hash(topic_prefix_hash, k)),
+        );
+        return;
+    }
+    let sep = crate::message::property::KEY_SEPARATOR as u8;
+    let mut from = 0;
+    while from < keys.len() {
+        let end = keys[from..]
+            .iter()
+            .position(|&b| b == sep)
+            .map_or(keys.len(), |p| from + p);
+        if end > from {
+            let h = crate::util::java_hash_extend_ascii(topic_prefix_hash, &keys[from..end]);
+            out.push(h.checked_abs().unwrap_or(0));
+        }
+        from = end + 1;
+    }
+}
+
 /// Java hash of `topic + "#"`, the prefix every key of a topic shares.
 pub fn topic_prefix_hash(topic: &str) -> i32 {
     crate::util::java_hash_extend(java_hash(topic), "#")
@@ -908,9 +941,9 @@ impl Drop for IndexFileWriter<'_> {
 }
 
 /// Index keys of dispatched messages waiting to be put together by
-/// [`IndexService::build_batch`]. [`IndexBatch::add`] only copies the key text (cheap, on the
-/// thread that parses records); splitting and hashing happen in `build_batch` (on the thread
-/// that writes the index, when dispatch runs on two threads).
+/// [`IndexService::build_batch`]. [`IndexBatch::add`] only copies the key text; splitting and
+/// hashing happen in [`IndexBatch::hash_pending`] (when dispatch runs on two threads, on the
+/// parsing thread as a batch is handed over: the index writer is the busier of the two).
 #[derive(Debug, Default)]
 pub struct IndexBatch {
     hashes: Vec<i32>,
@@ -976,23 +1009,20 @@ impl IndexBatch {
         self.messages.push((phy_offset, store_timestamp, 0));
     }
 
-    /// Splits and hashes the keys of the messages added since the last call.
-    fn hash_pending(&mut self) {
+    /// Splits and hashes the keys of the messages added since the last call. Dispatch calls it
+    /// on the thread that parses records before handing the batch to the index writer (the
+    /// writer is the busier of the two); [`IndexService::build_batch`] hashes what is left.
+    pub fn hash_pending(&mut self) {
         let first = self.messages.len() - self.pending.len();
         for (i, p) in self.pending.iter().enumerate() {
-            // The text was copied from `&str`s: each range is valid UTF-8.
-            let text = |(a, b): (u32, u32)| {
-                std::str::from_utf8(&self.text[a as usize..b as usize]).unwrap_or("")
-            };
-            let all = p.uniq.map(text).into_iter().chain(
-                text(p.keys)
-                    .split(crate::message::property::KEY_SEPARATOR)
-                    .filter(|k| !k.is_empty()),
-            );
-            self.hashes.extend(all.map(|k| topic_key_hash(p.prefix, k)));
+            let text = |(a, b): (u32, u32)| &self.text[a as usize..b as usize];
+            if let Some(u) = p.uniq {
+                self.hashes.push(topic_key_hash_bytes(p.prefix, text(u)));
+            }
+            push_key_hashes(&mut self.hashes, p.prefix, text(p.keys));
             if let Some(t) = p.tags {
                 let typed = crate::util::java_hash_extend(p.prefix, TAG_KEY_INFIX);
-                self.hashes.push(topic_key_hash(typed, text(t)));
+                self.hashes.push(topic_key_hash_bytes(typed, text(t)));
             }
             self.messages[first + i].2 = self.hashes.len();
         }
@@ -1654,6 +1684,45 @@ mod tests {
 
     fn be_i64(b: &[u8], at: usize) -> i64 {
         i64::from_be_bytes(b[at..at + 8].try_into().unwrap())
+    }
+
+    /// The reference: split on the separator, drop empty keys, hash each `topic#key`.
+    fn key_hashes_by_split(topic: &str, keys: &str) -> Vec<i32> {
+        keys.split(' ')
+            .filter(|k| !k.is_empty())
+            .map(|k| index_key_hash(&build_key(topic, k)))
+            .collect()
+    }
+
+    #[test]
+    fn keys_are_split_and_hashed_in_one_pass_as_by_split() {
+        for keys in [
+            "",
+            " ",
+            "a",
+            "order-1 user-1",
+            "  a  b ",
+            "a b c d e f",
+            "k\u{e9}y \u{1F600} x",
+            "polygenelubricants",
+            "Aa BB",
+        ] {
+            let mut got = Vec::new();
+            push_key_hashes(&mut got, topic_prefix_hash("T"), keys.as_bytes());
+            assert_eq!(got, key_hashes_by_split("T", keys), "{keys:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn one_pass_key_hashes_equal_split_hashes(
+            topic in "[a-zA-Z%_-]{1,12}",
+            keys in "[ a-z0-9\u{e9}\u{1F600}]{0,40}",
+        ) {
+            let mut got = Vec::new();
+            push_key_hashes(&mut got, topic_prefix_hash(&topic), keys.as_bytes());
+            prop_assert_eq!(got, key_hashes_by_split(&topic, &keys));
+        }
     }
 
     #[test]

@@ -80,9 +80,12 @@ impl Applier<'_> {
 }
 
 /// Hints the CPU to fetch what the next records' dispatch reads while this one is dispatched:
-/// the head of the record after next (assuming this size), and the tail of the next record
-/// (topic and properties; its size was fetched one record earlier). Records are read a few
-/// cache lines each, too far apart for the hardware prefetcher to follow.
+/// the head of the record after next (assuming this size), the whole head (up to 128 bytes:
+/// sysflag, hosts, timestamps, body length span two or three cache lines) of the record
+/// `PREFETCH_AHEAD` records on, and the tail of the next record (topic and properties; its
+/// size was fetched one record earlier). Records are read a few cache lines each, too far
+/// apart for the hardware prefetcher to follow. (Without the head's later lines, `perf` put
+/// 40 % of the parsing loop on the load of the sysflag and body length.)
 #[inline]
 fn prefetch_next(data: &[u8], this: usize, next: usize) {
     #[cfg(target_arch = "x86_64")]
@@ -100,6 +103,8 @@ fn prefetch_next(data: &[u8], this: usize, next: usize) {
     for at in [
         next + step,
         next + PREFETCH_AHEAD * step,
+        next + PREFETCH_AHEAD * step + 64,
+        next + PREFETCH_AHEAD * step + 112,
         next_tail,
         next_tail.saturating_add(64),
         (next + PREFETCH_AHEAD * step).saturating_sub(128),
@@ -221,6 +226,7 @@ impl<'a> Dispatcher<'a> {
                 applier.apply(&mut self.batch)
             }
             Sink::Channel(out, back) if self.batch.messages >= HANDOFF_BATCH => {
+                self.batch.index.hash_pending();
                 let next = back.try_recv().unwrap_or_default();
                 out.send(std::mem::replace(&mut self.batch, next))
                     .map_err(|_| StoreError::Internal("the dispatch writer thread stopped".into()))
@@ -236,9 +242,11 @@ impl<'a> Dispatcher<'a> {
         }
         match &mut self.sink {
             Sink::Inline(applier) => applier.apply(&mut self.batch),
-            Sink::Channel(out, _) => out
-                .send(std::mem::take(&mut self.batch))
-                .map_err(|_| StoreError::Internal("the dispatch writer thread stopped".into())),
+            Sink::Channel(out, _) => {
+                self.batch.index.hash_pending();
+                out.send(std::mem::take(&mut self.batch))
+                    .map_err(|_| StoreError::Internal("the dispatch writer thread stopped".into()))
+            }
         }
     }
 }
