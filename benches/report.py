@@ -134,7 +134,7 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
         )
     dva = results.get("dispatch_vs_append")
     if dva:
-        ratio = float(dva["dispatch_rate"]) / float(dva["append_rate"])
+        ratio = float(dva.get("ratio") or float(dva["dispatch_rate"]) / float(dva["append_rate"]))
         rows.append(
             Row(
                 f"dispatch vs batch append, 1 KiB bodies, 2 keys "
@@ -182,9 +182,12 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
         )
     gc = results.get("group_commit")
     if gc:
-        ratio = float(gc["multi_rate"]) / float(gc["single_rate"])
+        # The median of per-round ratios (each pairs two phases run back to back); older
+        # result files only have the two rates.
+        ratio = float(gc.get("ratio") or float(gc["multi_rate"]) / float(gc["single_rate"]))
         per_force = float(gc["msgs_per_force"])
         detail = (
+            f"median of {len(gc.get('ratios') or [0])} paired rounds; "
             f"32 producers {fmt_rate(float(gc['multi_rate']), 'msg/s')} vs one "
             f"{fmt_rate(float(gc['single_rate']), 'msg/s')}; put p50 "
             f"{float(gc['put_p50_s']) * 1e3:.2f} ms, p99 {float(gc['put_p99_s']) * 1e3:.2f} ms; "
