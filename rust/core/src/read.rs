@@ -357,6 +357,12 @@ pub struct BatchColumns {
     pub body_data: Vec<u8>,
 }
 
+/// Appends the offsets of a column read right after `dst`'s, rebased onto its end.
+fn append_offsets(dst: &mut Vec<i32>, src: &[i32]) {
+    let base = dst.last().copied().unwrap_or(0);
+    dst.extend(src.iter().skip(1).map(|o| o + base));
+}
+
 #[inline(always)]
 fn push_str(offsets: &mut Vec<i32>, data: &mut Vec<u8>, s: &[u8]) {
     extend_small(data, s);
@@ -405,12 +411,34 @@ impl BatchColumns {
         BatchColumns::with_capacity(0, 0)
     }
 
-    /// Appends the rows of `other` (read right after these).
-    fn append(&mut self, other: BatchColumns) {
-        fn offsets(dst: &mut Vec<i32>, src: &[i32]) {
-            let base = dst.last().copied().unwrap_or(0);
-            dst.extend(src.iter().skip(1).map(|o| o + base));
+    /// Appends the rows of `other` (read right after these). The bodies, most of the bytes,
+    /// are copied by a second thread while this one copies the other columns (on this thread
+    /// too when no thread can be started).
+    fn append(&mut self, other: &BatchColumns) {
+        fn bodies(dst: &mut (Vec<i32>, Vec<u8>), other: &BatchColumns) {
+            append_offsets(&mut dst.0, &other.body_offsets);
+            dst.1.extend_from_slice(&other.body_data);
         }
+        let mut body = (
+            std::mem::take(&mut self.body_offsets),
+            std::mem::take(&mut self.body_data),
+        );
+        let copied = std::thread::scope(|s| {
+            let job = std::thread::Builder::new().spawn_scoped(s, || bodies(&mut body, other));
+            self.append_except_bodies(other);
+            match job {
+                Ok(j) => j.join().map_err(std::panic::resume_unwind).is_ok(),
+                Err(_) => false,
+            }
+        });
+        if !copied {
+            bodies(&mut body, other);
+        }
+        (self.body_offsets, self.body_data) = body;
+    }
+
+    fn append_except_bodies(&mut self, other: &BatchColumns) {
+        let offsets = append_offsets;
         for r in 0..other.rows {
             let row = self.rows + r;
             if row % 8 == 0 {
@@ -427,14 +455,12 @@ impl BatchColumns {
         offsets(&mut self.props_key_offsets, &other.props_key_offsets);
         offsets(&mut self.props_value_offsets, &other.props_value_offsets);
         offsets(&mut self.props_map_offsets, &other.props_map_offsets);
-        offsets(&mut self.body_offsets, &other.body_offsets);
         self.topic_data.extend_from_slice(&other.topic_data);
         self.tags_data.extend_from_slice(&other.tags_data);
         self.keys_data.extend_from_slice(&other.keys_data);
         self.props_key_data.extend_from_slice(&other.props_key_data);
         self.props_value_data
             .extend_from_slice(&other.props_value_data);
-        self.body_data.extend_from_slice(&other.body_data);
         self.queue_id.extend_from_slice(&other.queue_id);
         self.queue_offset.extend_from_slice(&other.queue_offset);
         self.commit_log_offset
@@ -567,26 +593,32 @@ pub fn read_batch(
         return read_range(commitlog, cq, start, max, max_msgs, n, include_properties);
     }
     let mid = start + (n / 2) as i64;
+    let second_half = || {
+        read_range(
+            commitlog,
+            cq,
+            mid,
+            start + n as i64,
+            n - n / 2,
+            n - n / 2,
+            include_properties,
+        )
+    };
     let (mut first, second) = std::thread::scope(|s| {
-        let second = s.spawn(|| {
-            read_range(
-                commitlog,
-                cq,
-                mid,
-                start + n as i64,
-                n - n / 2,
-                n - n / 2,
-                include_properties,
-            )
-        });
+        let second = std::thread::Builder::new().spawn_scoped(s, second_half);
         // The first half's vectors have room for both, so the join never regrows them (a
         // regrown vector's new pages would be faulted in afresh).
         let first = read_range(commitlog, cq, start, mid, n / 2, n, include_properties);
-        (first, second.join())
+        // No thread could be started: this one reads the second half too.
+        let second = match second {
+            Ok(j) => j.join().ok(),
+            Err(_) => Some(second_half()),
+        };
+        (first, second)
     });
     match second {
         // The first half stopped early (size cap): the second would leave a gap.
-        Ok(second) if first.next_offset >= mid => first.append(second),
+        Some(second) if first.next_offset >= mid => first.append(&second),
         _ => {}
     }
     first
