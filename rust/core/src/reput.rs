@@ -277,7 +277,7 @@ pub fn reput(
         let (give_back, reuse) = sync_channel::<DispatchBatch>(8);
         let mut at = *from;
         let (parsed, written) = std::thread::scope(|s| {
-            let writer = s.spawn(move || -> Result<()> {
+            let writer = std::thread::Builder::new().spawn_scoped(s, move || -> Result<()> {
                 let mut applier = Applier { index, tail: None };
                 for mut batch in batches {
                     applier.apply(&mut batch)?;
@@ -286,6 +286,18 @@ pub fn reput(
                 }
                 Ok(())
             });
+            let writer = match writer {
+                Ok(w) => w,
+                Err(e) => {
+                    log::warn!(
+                        target: "rmqstore.reput",
+                        "cannot start the dispatch writer thread ({e}); dispatching on this one"
+                    );
+                    let sink = Sink::Inline(Applier { index, tail: None });
+                    let dispatcher = Dispatcher::new(cqs, index, sink);
+                    return (pass(commitlog, dispatcher, &mut at, end, max_bytes), Ok(()));
+                }
+            };
             let sink = Sink::Channel(out, reuse);
             let parsed = pass(
                 commitlog,
