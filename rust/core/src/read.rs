@@ -489,6 +489,11 @@ impl BatchColumns {
             keys_offsets: Vec::with_capacity(n * 2 + 1),
             keys_data: Vec::with_capacity(n * 16),
             props_map_offsets: Vec::with_capacity(n + 1),
+            // Room for two properties a row (tags and keys, the usual ones) without regrowing.
+            props_key_offsets: Vec::with_capacity(n * 2 + 1),
+            props_key_data: Vec::with_capacity(n * 8),
+            props_value_offsets: Vec::with_capacity(n * 2 + 1),
+            props_value_data: Vec::with_capacity(n * 16),
             body_offsets: Vec::with_capacity(n + 1),
             body_data: Vec::with_capacity(body_bytes),
             ..BatchColumns::default()
