@@ -1014,12 +1014,24 @@ impl IndexBatch {
     /// writer is the busier of the two); [`IndexService::build_batch`] hashes what is left.
     pub fn hash_pending(&mut self) {
         let first = self.messages.len() - self.pending.len();
+        // The KEYS text and its hashes of the message before: messages put in one batch share
+        // their keys, which are then hashed once (as dispatch caches tags codes).
+        let mut last_keys: Option<(i32, (u32, u32), std::ops::Range<usize>)> = None;
+        let text = |(a, b): (u32, u32)| &self.text[a as usize..b as usize];
         for (i, p) in self.pending.iter().enumerate() {
-            let text = |(a, b): (u32, u32)| &self.text[a as usize..b as usize];
             if let Some(u) = p.uniq {
                 self.hashes.push(topic_key_hash_bytes(p.prefix, text(u)));
             }
-            push_key_hashes(&mut self.hashes, p.prefix, text(p.keys));
+            let from = self.hashes.len();
+            match &last_keys {
+                Some((prefix, keys, hashed))
+                    if *prefix == p.prefix && text(*keys) == text(p.keys) =>
+                {
+                    self.hashes.extend_from_within(hashed.clone());
+                }
+                _ => push_key_hashes(&mut self.hashes, p.prefix, text(p.keys)),
+            }
+            last_keys = Some((p.prefix, p.keys, from..self.hashes.len()));
             if let Some(t) = p.tags {
                 let typed = crate::util::java_hash_extend(p.prefix, TAG_KEY_INFIX);
                 self.hashes.push(topic_key_hash_bytes(typed, text(t)));
@@ -1710,6 +1722,46 @@ mod tests {
             let mut got = Vec::new();
             push_key_hashes(&mut got, topic_prefix_hash("T"), keys.as_bytes());
             assert_eq!(got, key_hashes_by_split("T", keys), "{keys:?}");
+        }
+    }
+
+    #[test]
+    fn repeated_keys_are_hashed_once_with_the_same_result() {
+        // (topic, keys, uniq key, tags) per message; repeats, a change of topic with the same
+        // keys, and empty keys in between.
+        let msgs = [
+            ("T", "a b", None, None),
+            ("T", "a b", Some("U1"), None),
+            ("T", "a b", None, Some("tag")),
+            ("Other", "a b", None, None),
+            ("Other", "", None, None),
+            ("Other", "a b", None, None),
+            ("T", "c", None, None),
+            ("T", "c", None, None),
+        ];
+        let mut batch = IndexBatch::default();
+        let mut want = Vec::new();
+        for (i, (topic, keys, uniq, tags)) in msgs.iter().enumerate() {
+            batch.add(topic, Some(keys), *uniq, *tags, i as i64 * 100, 0, 0);
+            let mut mine: Vec<i32> = uniq
+                .iter()
+                .map(|u| index_key_hash(&build_key(topic, u)))
+                .collect();
+            mine.extend(key_hashes_by_split(topic, keys));
+            if let Some(t) = tags {
+                mine.push(index_key_hash(&build_key(topic, &format!("T#{t}"))));
+            }
+            want.push(mine);
+        }
+        batch.hash_pending();
+        let mut start = 0;
+        for (i, (_, _, end)) in batch.messages.iter().enumerate() {
+            assert_eq!(
+                &batch.hashes[start..*end],
+                want[i].as_slice(),
+                "message {i}"
+            );
+            start = *end;
         }
     }
 
