@@ -419,18 +419,30 @@ impl ConsumeQueue {
     }
 
     /// Calls `f` for units `[from, to)` across segments; stops early when `f` returns false.
+    /// Units are decoded in place from each segment's mapping, one at a time.
     pub fn scan(&self, from: i64, to: i64, mut f: impl FnMut(CqUnit) -> bool) {
         let mut index = from.max(self.min_offset());
         let to = to.min(self.max_offset());
         while index < to {
-            let Some(units) = self.units_from(index, (to - index) as usize) else {
+            let Some(logic) = index.checked_mul(CQ_STORE_UNIT_SIZE) else {
                 return;
             };
-            if units.is_empty() {
+            if logic < self.min_logic_offset.load(Ordering::Acquire) {
                 return;
             }
-            for u in units {
-                index = u.queue_offset + 1;
+            let Some(file) = self.queue.find_by_offset(logic) else {
+                return;
+            };
+            let Some(data) = file.read_from(logic - file.file_from_offset()) else {
+                return;
+            };
+            let n = (data.len() / CQ_STORE_UNIT_SIZE as usize).min((to - index) as usize);
+            if n == 0 {
+                return;
+            }
+            for unit in data.chunks_exact(CQ_STORE_UNIT_SIZE as usize).take(n) {
+                let u = CqUnit::decode(index, unit);
+                index += 1;
                 if !f(u) {
                     return;
                 }

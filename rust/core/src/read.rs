@@ -437,8 +437,8 @@ impl BatchColumns {
         (self.body_offsets, self.body_data) = body;
     }
 
+    /// [`BatchColumns::append`] of every column but the bodies.
     fn append_except_bodies(&mut self, other: &BatchColumns) {
-        let offsets = append_offsets;
         for r in 0..other.rows {
             let row = self.rows + r;
             if row % 8 == 0 {
@@ -448,13 +448,13 @@ impl BatchColumns {
                 self.tags_valid[row / 8] |= 1 << (row % 8);
             }
         }
-        offsets(&mut self.topic_offsets, &other.topic_offsets);
-        offsets(&mut self.tags_offsets, &other.tags_offsets);
-        offsets(&mut self.keys_offsets, &other.keys_offsets);
-        offsets(&mut self.keys_list_offsets, &other.keys_list_offsets);
-        offsets(&mut self.props_key_offsets, &other.props_key_offsets);
-        offsets(&mut self.props_value_offsets, &other.props_value_offsets);
-        offsets(&mut self.props_map_offsets, &other.props_map_offsets);
+        append_offsets(&mut self.topic_offsets, &other.topic_offsets);
+        append_offsets(&mut self.tags_offsets, &other.tags_offsets);
+        append_offsets(&mut self.keys_offsets, &other.keys_offsets);
+        append_offsets(&mut self.keys_list_offsets, &other.keys_list_offsets);
+        append_offsets(&mut self.props_key_offsets, &other.props_key_offsets);
+        append_offsets(&mut self.props_value_offsets, &other.props_value_offsets);
+        append_offsets(&mut self.props_map_offsets, &other.props_map_offsets);
         self.topic_data.extend_from_slice(&other.topic_data);
         self.tags_data.extend_from_slice(&other.tags_data);
         self.keys_data.extend_from_slice(&other.keys_data);
@@ -653,42 +653,35 @@ fn read_range(
     let mut cols = BatchColumns::with_capacity(room, bytes.min(READ_BATCH_MAX_BYTES));
     let mut next = start;
     let mut file: Option<std::sync::Arc<crate::mapped_file::MappedFile>> = None;
-    'units: while next < limit && cols.rows < max_rows {
-        let want = (max_rows - cols.rows).min((limit - next) as usize);
-        let Some(units) = cq.units_from(next, want) else {
-            break;
+    cq.scan(start, limit, |u| {
+        if cols.rows >= max_rows {
+            return false;
+        }
+        next = u.queue_offset + 1;
+        if u.is_pre_blank() {
+            return true;
+        }
+        let in_file = file.as_ref().is_some_and(|f| {
+            u.phy_offset >= f.file_from_offset()
+                && u.phy_offset < f.file_from_offset() + f.file_size()
+        });
+        if !in_file {
+            file = commitlog.queue().find_by_offset(u.phy_offset);
+        }
+        let Some(f) = file.as_ref() else {
+            return true;
         };
-        if units.is_empty() {
-            break;
+        let Some(data) = f.read(u.phy_offset - f.file_from_offset(), i64::from(u.size)) else {
+            return true;
+        };
+        if let Some(d) = view_record(data).filter(|d| d.physical_offset == u.phy_offset) {
+            cols.push(&d, cq.queue_id(), u.phy_offset, include_properties);
+            // The size cap: stop after this row.
+            return cols.body_data.len() <= READ_BATCH_MAX_BYTES / 2
+                && cols.props_value_data.len() <= READ_BATCH_MAX_BYTES / 2;
         }
-        for u in units {
-            next = u.queue_offset + 1;
-            if u.is_pre_blank() {
-                continue;
-            }
-            let in_file = file.as_ref().is_some_and(|f| {
-                u.phy_offset >= f.file_from_offset()
-                    && u.phy_offset < f.file_from_offset() + f.file_size()
-            });
-            if !in_file {
-                file = commitlog.queue().find_by_offset(u.phy_offset);
-            }
-            let Some(f) = file.as_ref() else {
-                continue;
-            };
-            let Some(data) = f.read(u.phy_offset - f.file_from_offset(), i64::from(u.size)) else {
-                continue;
-            };
-            if let Some(d) = view_record(data).filter(|d| d.physical_offset == u.phy_offset) {
-                cols.push(&d, cq.queue_id(), u.phy_offset, include_properties);
-                if cols.body_data.len() > READ_BATCH_MAX_BYTES / 2
-                    || cols.props_value_data.len() > READ_BATCH_MAX_BYTES / 2
-                {
-                    break 'units;
-                }
-            }
-        }
-    }
+        true
+    });
     cols.next_offset = next;
     cols
 }
