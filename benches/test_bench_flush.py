@@ -35,7 +35,7 @@ def test_group_commit(benchmark, open_store, scaled, tmp_path: Path) -> None:
     # Rounds alternate one producer and 32 producers, and each round's ratio pairs two phases
     # measured back to back: the machine's speed drifts between runs and within one, and a
     # ratio of two phases seconds apart measures the drift as much as the store.
-    rounds = scaled(5, 2)
+    rounds = scaled(5, 3)
     n_single = scaled(400, 100)
     threads, per_thread = 32, scaled(200, 40)
     latencies: list[float] = []
