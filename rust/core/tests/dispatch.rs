@@ -261,3 +261,118 @@ fn a_sync_put_times_out_when_no_force_comes() {
     store.close().unwrap();
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Every file under `root`, by path relative to it (index files by position: their names are
+/// creation times), with its bytes.
+fn files_under(root: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    fn walk(at: &std::path::Path, root: &std::path::Path, out: &mut Vec<(String, Vec<u8>)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(at)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for (i, p) in entries.iter().enumerate() {
+            if p.is_dir() {
+                walk(p, root, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                let name = if rel.starts_with("index") {
+                    format!("index#{i}")
+                } else {
+                    rel
+                };
+                out.push((name, std::fs::read(p).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let target = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_tree(&p, &target);
+        } else {
+            std::fs::copy(&p, &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn batches_sharing_keys_dispatch_on_two_threads_byte_for_byte_as_on_one() {
+    // Batches whose messages share their keys (as put_messages gives them), over several
+    // queues, small consume queue segments and small index files (which fill mid-batch).
+    let (a, b) = (dir("shared-keys-a"), dir("shared-keys-b"));
+    let cfg = || StoreConfig {
+        mapped_file_size_commit_log: 16 << 20,
+        max_index_num: 1000,
+        ..config()
+    };
+    let store = MessageStore::open(&a, cfg()).unwrap();
+    let body = vec![3u8; 900];
+    let bodies: Vec<&[u8]> = vec![&body; 37];
+    let mut i = 0;
+    while store.max_phy_offset().unwrap() < 3 * rmqstore_core::reput::PARALLEL_DISPATCH_BYTES {
+        // Keys change every other batch, so equal keys also span two batches.
+        let keys = format!("order-{} user-{}", i / 2, i / 2);
+        let props = vec![
+            (property::KEYS.to_string(), keys),
+            (property::TAGS.to_string(), format!("tag-{}", i % 3)),
+        ];
+        let batch = rmqstore_core::commitlog::Batch {
+            topic: "S",
+            queue_id: i % 5,
+            bodies: &bodies,
+            properties: &props,
+            flag: 0,
+            born_timestamp: 1_700_000_000_000,
+            born_host: None,
+        };
+        assert!(store.put_messages(&batch).unwrap().is_ok());
+        i += 1;
+    }
+    store.flush().unwrap();
+    // The same records, not dispatched yet, in a second folder.
+    copy_tree(&a, &b);
+    // One step over the whole backlog: the two-thread pipeline.
+    let step = store.dispatch_step(64 << 20, Duration::ZERO).unwrap();
+    assert_eq!(step.behind, 0);
+    assert_eq!(step.dispatched, u64::from(i as u32) * 37);
+    let found = store
+        .query_message("S", "order-3", 1000, 0, i64::MAX)
+        .unwrap();
+    // Two batches of 37 carry the key; a query returns at most `max_msgs_num_batch` (64).
+    assert_eq!(found.len(), 64, "both batches keyed order-3, up to the query cap");
+    assert!(found.iter().all(|m| m.keys().contains(&"order-3")));
+    store.close().unwrap();
+    // Steps of 1 MiB: one thread.
+    let other = MessageStore::open(&b, cfg()).unwrap();
+    drain(&other);
+    other.close().unwrap();
+    let (fa, fb) = (files_under(&a), files_under(&b));
+    let names = |f: &[(String, Vec<u8>)]| f.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    let skip =
+        |n: &str| n == "checkpoint" || n == "abort" || n == "lock" || n.starts_with("config");
+    let (fa, fb): (Vec<_>, Vec<_>) = (
+        fa.into_iter().filter(|(n, _)| !skip(n)).collect(),
+        fb.into_iter().filter(|(n, _)| !skip(n)).collect(),
+    );
+    assert_eq!(names(&fa), names(&fb));
+    assert!(
+        fa.iter().any(|(n, _)| n.starts_with("index#1")),
+        "index files rolled"
+    );
+    for ((name, x), (_, y)) in fa.iter().zip(&fb) {
+        assert!(
+            x == y,
+            "{name} differs between two-thread and one-thread dispatch"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}
