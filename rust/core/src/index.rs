@@ -1707,7 +1707,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_split_and_hashed_in_one_pass_as_by_split() {
+    fn keys_are_split_and_hashed_as_by_str_split() {
         for keys in [
             "",
             " ",
@@ -1767,7 +1767,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn one_pass_key_hashes_equal_split_hashes(
+        fn key_hashes_equal_str_split_hashes(
             topic in "[a-zA-Z%_-]{1,12}",
             keys in "[ a-z0-9\u{e9}\u{1F600}]{0,40}",
         ) {
