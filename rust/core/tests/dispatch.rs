@@ -347,7 +347,11 @@ fn batches_sharing_keys_dispatch_on_two_threads_byte_for_byte_as_on_one() {
         .query_message("S", "order-3", 1000, 0, i64::MAX)
         .unwrap();
     // Two batches of 37 carry the key; a query returns at most `max_msgs_num_batch` (64).
-    assert_eq!(found.len(), 64, "both batches keyed order-3, up to the query cap");
+    assert_eq!(
+        found.len(),
+        64,
+        "both batches keyed order-3, up to the query cap"
+    );
     assert!(found.iter().all(|m| m.keys().contains(&"order-3")));
     store.close().unwrap();
     // Steps of 1 MiB: one thread.
