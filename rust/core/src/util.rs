@@ -24,11 +24,12 @@ pub fn java_hash_extend(start: i32, s: &str) -> i32 {
     h
 }
 
-/// [`java_hash_extend`] over ASCII bytes (each byte is one UTF-16 code unit). Four characters
+/// [`java_hash_extend`] over bytes the caller has checked to be ASCII (each byte is then one
+/// UTF-16 code unit; other bytes would hash wrongly, hence crate-private). Four characters
 /// per step: h*31^4 + c0*31^3 + c1*31^2 + c2*31 + c3 (the same sum, wrapping, with a quarter of
 /// the serial multiply-adds).
 #[inline]
-pub fn java_hash_extend_ascii(start: i32, s: &[u8]) -> i32 {
+pub(crate) fn java_hash_extend_ascii(start: i32, s: &[u8]) -> i32 {
     debug_assert!(s.is_ascii());
     let mut h: i32 = start;
     let mut quads = s.chunks_exact(4);
