@@ -13,7 +13,7 @@ import rmqstore
 def test_abnormal_recovery(benchmark, scaled, tmp_path: Path) -> None:
     path = tmp_path / "store"
     seg = 64 << 20
-    total = scaled(1024, 64) << 20
+    total = scaled(1024, 128) << 20
     bodies = [os.urandom(1024)] * 1024
     with rmqstore.MessageStore(path, mapped_file_size_commit_log=seg) as store:
         while store.get_max_phy_offset() < total:
@@ -51,7 +51,9 @@ def test_abnormal_recovery(benchmark, scaled, tmp_path: Path) -> None:
         s.close()
         crash_marks()
 
-    benchmark.pedantic(reopen, rounds=scaled(3, 1), iterations=1)
+    # Three rounds in quick mode too: one open of a small store is at the mercy of a single
+    # scheduling hiccup of this shared machine.
+    benchmark.pedantic(reopen, rounds=3, iterations=1)
     assert report["abnormal"] is True
     assert report["process_offset"] == written
     assert report["start_offset"] == 0
