@@ -272,6 +272,17 @@ pub fn reput(
     }
     let end = commitlog.confirm_offset();
     let parallel = index.is_some() && (end - *from).min(max_bytes) >= PARALLEL_DISPATCH_BYTES;
+    // Parsing and writing on this thread (a small backlog, or no second thread to be had).
+    let inline = |from: &mut i64| {
+        let sink = Sink::Inline(Applier { index, tail: None });
+        pass(
+            commitlog,
+            Dispatcher::new(cqs, index, sink),
+            from,
+            end,
+            max_bytes,
+        )
+    };
     let mut step = if parallel {
         let (out, batches) = sync_channel::<DispatchBatch>(8);
         let (give_back, reuse) = sync_channel::<DispatchBatch>(8);
@@ -293,9 +304,7 @@ pub fn reput(
                         target: "rmqstore.reput",
                         "cannot start the dispatch writer thread ({e}); dispatching on this one"
                     );
-                    let sink = Sink::Inline(Applier { index, tail: None });
-                    let dispatcher = Dispatcher::new(cqs, index, sink);
-                    return (pass(commitlog, dispatcher, &mut at, end, max_bytes), Ok(()));
+                    return (inline(&mut at), Ok(()));
                 }
             };
             let sink = Sink::Channel(out, reuse);
@@ -319,14 +328,7 @@ pub fn reput(
         *from = at;
         step
     } else {
-        let sink = Sink::Inline(Applier { index, tail: None });
-        pass(
-            commitlog,
-            Dispatcher::new(cqs, index, sink),
-            from,
-            end,
-            max_bytes,
-        )?
+        inline(from)?
     };
     step.reput_offset = *from;
     step.behind = (commitlog.confirm_offset() - *from).max(0);
