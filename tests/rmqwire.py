@@ -7,9 +7,11 @@ integer is big-endian, every field is read at the position the spec gives it.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import ipaddress
 import os
 import struct
+import time
 import zlib
 from pathlib import Path
 
@@ -301,16 +303,40 @@ def read_segment(store_path: Path, offset: int) -> bytes:
     return (commitlog_dir(store_path) / segment_name(offset)).read_bytes()
 
 
-def snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
-    """Every file and folder under ``root``: relative path -> (size, mtime_ns, content)."""
-    out: dict[str, tuple[int, int, bytes]] = {}
+def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every file and folder under ``root``: relative path -> (size, mtime_ns, content digest).
+
+    Digests, not contents: a failed comparison of two snapshots stays short to print (a
+    store's files run to hundreds of MiB)."""
+    out: dict[str, tuple[int, int, str]] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in sorted(dirnames + filenames):
             p = Path(dirpath, name)
             st = p.lstat()
-            content = p.read_bytes() if p.is_file() and name != "lock" else b""
-            out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns, content)
+            digest = ""
+            if p.is_file() and name != "lock":
+                with p.open("rb") as f:
+                    digest = hashlib.file_digest(f, "blake2b").hexdigest()[:32]
+            out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns, digest)
     return out
+
+
+def settled_snapshot(
+    root: Path, quiet: float = 1.5, timeout: float = 30.0
+) -> dict[str, tuple[int, int, str]]:
+    """:func:`snapshot` of a live store's folder once nothing in it changed for ``quiet``
+    seconds: its services (consume queue flush, checkpoint) write on their own clock, once
+    a second at most."""
+    deadline = time.monotonic() + timeout
+    last = snapshot(root)
+    since = time.monotonic()
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, f"{root} kept changing for {timeout} s"
+        time.sleep(0.1)
+        now = snapshot(root)
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
 
 
 def read_commitlog(store_path: Path) -> dict[int, Record]:

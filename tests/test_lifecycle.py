@@ -18,10 +18,12 @@ import rmqstore
 from rmqstore import Message, MessageStore
 from rmqwire import (
     SEGMENT,
+    SMALL_STORE,
     commitlog_dir,
     read_segment,
     scan_segment,
     segment_name,
+    settled_snapshot,
     snapshot,
 )
 
@@ -96,16 +98,16 @@ def test_close_is_idempotent(open_store, store_path: Path) -> None:
 
 
 def test_second_open_in_this_process_is_locked_and_touches_nothing(
-    open_store, store_path: Path
+    open_small, store_path: Path
 ) -> None:
-    store = open_store()
+    store = open_small()
     for i in range(40):
         store.put_message(Message("T", bytes([i]) * 3000))
     store.flush()
     assert store.wait_dispatched()
-    before = snapshot(store_path)
+    before = settled_snapshot(store_path)
     with pytest.raises(rmqstore.StoreLockedError) as info:
-        MessageStore(store_path, mapped_file_size_commit_log=SEGMENT)
+        MessageStore(store_path, **SMALL_STORE)
     assert isinstance(info.value, OSError)
     assert isinstance(info.value, rmqstore.RmqStoreError)
     assert info.value.path == str(store_path)
@@ -131,7 +133,7 @@ def test_second_open_through_another_path_is_locked(open_store, store_path: Path
 OTHER_PROCESS = """
 import rmqstore
 try:
-    store = rmqstore.MessageStore({path!r}, mapped_file_size_commit_log={segment})
+    store = rmqstore.MessageStore({path!r}, **{options!r})
 except rmqstore.StoreLockedError as exc:
     print("LOCKED", isinstance(exc, OSError), exc.path)
 else:
@@ -142,14 +144,14 @@ else:
 
 
 def test_open_from_another_process_is_locked_until_closed(
-    open_store, store_path: Path, in_subprocess
+    open_small, store_path: Path, in_subprocess
 ) -> None:
-    store = open_store()
+    store = open_small()
     r = store.put_message(Message("T", b"hello"))
     store.flush()
     assert store.wait_dispatched()  # dispatch writes the consume queue in the background
-    before = snapshot(store_path)
-    code = OTHER_PROCESS.format(path=str(store_path), segment=SEGMENT)
+    before = settled_snapshot(store_path)
+    code = OTHER_PROCESS.format(path=str(store_path), options=SMALL_STORE)
     assert in_subprocess(code) == f"LOCKED True {store_path}"
     assert snapshot(store_path) == before
     r2 = store.put_message(Message("T", b"more"))
@@ -171,15 +173,15 @@ def test_lock_file(open_store, store_path: Path) -> None:
 
 
 def test_reading_the_lock_file_does_not_release_the_lock(
-    open_store, store_path: Path, in_subprocess
+    open_small, store_path: Path, in_subprocess
 ) -> None:
     """POSIX record locks vanish when the owning process closes *any* descriptor of the file,
     so merely reading ``lock`` (a backup tool, a monitoring thread) must not open the folder to
     a second process."""
-    store = open_store()
+    store = open_small()
     store.put_message(Message("T", b"hello"))
     assert (store_path / "lock").read_bytes() == b"lock"
-    code = OTHER_PROCESS.format(path=str(store_path), segment=SEGMENT)
+    code = OTHER_PROCESS.format(path=str(store_path), options=SMALL_STORE)
     assert in_subprocess(code) == f"LOCKED True {store_path}"
 
 

@@ -117,7 +117,9 @@ impl Allocator {
         };
         let result = if let Some(r) = st.ready.remove(&offset) {
             r.map_err(failed)
-        } else if st.service_attached && !st.stopped {
+        } else if (st.service_attached && !st.stopped) || st.in_progress == Some(offset) {
+            // Also while stopping, when the service is making this very segment: creating it
+            // here too would fail on the file the service is creating (a put racing close).
             if st.in_progress != Some(offset) {
                 st.pending.insert(offset);
                 self.cv.notify_all();
@@ -257,20 +259,28 @@ impl Allocator {
                 e.to_string()
             });
             out.alloc_nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            let mut st = self.lock();
-            st.in_progress = None;
-            let awaited = st.awaited.contains(&offset);
-            if st.generation != generation || (st.stopped && !awaited) {
-                if let Ok(f) = &r {
-                    let _ = f.destroy();
-                }
-            } else {
-                st.ready.insert(offset, r);
+            if self.finish(offset, generation, r) {
                 out.allocated += 1;
             }
-            self.cv.notify_all();
         }
         out
+    }
+
+    /// Ends the service's job on the segment at `offset`: hands it over (true) unless it is
+    /// no longer wanted (truncated since, or stopping with no put waiting for it), in which
+    /// case it is deleted.
+    fn finish(&self, offset: i64, generation: u64, r: Ready) -> bool {
+        let mut st = self.lock();
+        st.in_progress = None;
+        let awaited = st.awaited.contains(&offset);
+        let keep = st.generation == generation && (awaited || !st.stopped);
+        if keep {
+            st.ready.insert(offset, r);
+        } else if let Ok(f) = &r {
+            let _ = f.destroy();
+        }
+        self.cv.notify_all();
+        keep
     }
 
     /// Stops the service (its step returns), deletes segments made but never used and releases
@@ -394,6 +404,59 @@ mod tests {
         assert_eq!(service.join().unwrap(), 1);
         // Shutdown deleted the unused pre-allocated segment.
         assert!(!dir.join(offset_to_file_name(64 * 1024)).exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_put_racing_shutdown_takes_over_the_segment_the_service_is_making() {
+        let dir = std::env::temp_dir().join(format!("rmqstore-alloc-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let alloc = Arc::new(Allocator::new(
+            dir.clone(),
+            AllocateConfig {
+                file_size: 64 * 1024,
+                warm: false,
+                warm_sync: false,
+                warm_flush_pages: 16,
+                munlock_delay: MUNLOCK_DELAY,
+            },
+            None,
+        ));
+        alloc.attach_service();
+        // The service has taken the job for segment 0 (as `service_step` does) when the store
+        // shuts down.
+        let generation = {
+            let mut st = alloc.lock();
+            st.in_progress = Some(0);
+            st.generation
+        };
+        alloc.shutdown();
+        let put = {
+            let alloc = alloc.clone();
+            std::thread::spawn(move || alloc.obtain(0))
+        };
+        // The put waits for that segment instead of creating the same file.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !alloc.lock().awaited.contains(&0) {
+            assert!(
+                Instant::now() < deadline,
+                "the put did not wait for the service"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let made = alloc.create(0).map_err(|e| e.to_string());
+        let made_file = made
+            .as_ref()
+            .expect("the service makes the segment")
+            .clone();
+        assert!(
+            alloc.finish(0, generation, made),
+            "handed over, not deleted"
+        );
+        let got = put.join().unwrap().expect("the put gets the segment");
+        assert!(Arc::ptr_eq(&got, &made_file));
+        assert!(dir.join(offset_to_file_name(0)).exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

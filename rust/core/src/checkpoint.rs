@@ -9,6 +9,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
 
 use crate::error::{Result, StoreError};
 
@@ -24,6 +25,9 @@ pub struct StoreCheckpoint {
     pub index_msg_timestamp: AtomicI64,
     pub master_flushed_offset: AtomicI64,
     pub confirm_phy_offset: AtomicI64,
+    /// The 40 bytes the file is known to hold on disk (read at open, or last written and
+    /// forced); None for a file just created. A flush with nothing new writes nothing.
+    on_disk: Mutex<Option<[u8; 40]>>,
 }
 
 impl StoreCheckpoint {
@@ -66,6 +70,7 @@ impl StoreCheckpoint {
             master_flushed_offset: field(3),
             confirm_phy_offset: field(4),
             file,
+            on_disk: Mutex::new((len != 0).then_some(buf)),
         };
         if len == 0 {
             cp.file
@@ -88,7 +93,8 @@ impl StoreCheckpoint {
             .min(self.index_msg_timestamp.load(Ordering::Acquire))
     }
 
-    /// Writes the five fields and forces the file.
+    /// Writes the five fields and forces the file, unless the file already holds them (an idle
+    /// store does not rewrite and force its checkpoint every round).
     pub fn flush(&self) -> Result<()> {
         let mut buf = [0u8; 40];
         for (i, v) in [
@@ -103,10 +109,18 @@ impl StoreCheckpoint {
         {
             buf[i * 8..i * 8 + 8].copy_from_slice(&v.load(Ordering::Acquire).to_be_bytes());
         }
+        let mut on_disk = self.on_disk.lock().unwrap_or_else(|e| e.into_inner());
+        if *on_disk == Some(buf) {
+            return Ok(());
+        }
+        // Until the write is forced the file's bytes are unknown: a failed flush writes again.
+        *on_disk = None;
         self.file
             .write_all_at(&buf, 0)
             .and_then(|()| self.file.sync_data())
-            .map_err(|e| StoreError::io("cannot write checkpoint", &self.path, e))
+            .map_err(|e| StoreError::io("cannot write checkpoint", &self.path, e))?;
+        *on_disk = Some(buf);
+        Ok(())
     }
 }
 
@@ -185,6 +199,54 @@ mod tests {
         );
         abort.remove().unwrap();
         assert!(abort.last_exit_ok());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn flush_with_nothing_new_writes_nothing() {
+        let d = std::env::temp_dir().join(format!("rmqstore-cp-idle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("checkpoint");
+        let cp = StoreCheckpoint::open(&p).unwrap();
+        // A new file is written on its first flush, zeros or not.
+        std::fs::write(&p, [0xEEu8; 4096]).unwrap();
+        cp.flush().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap()[..40], [0u8; 40]);
+        cp.physic_msg_timestamp.store(5, Ordering::Release);
+        cp.flush().unwrap();
+        // Bytes changed behind the store's back show whether a flush wrote.
+        let marked = |b: u8| {
+            let mut raw = std::fs::read(&p).unwrap();
+            raw[39] = b;
+            std::fs::write(&p, &raw).unwrap();
+        };
+        marked(0x11);
+        cp.flush().unwrap();
+        assert_eq!(
+            std::fs::read(&p).unwrap()[39],
+            0x11,
+            "an unchanged flush wrote"
+        );
+        cp.logics_msg_timestamp.store(6, Ordering::Release);
+        cp.flush().unwrap();
+        let raw = std::fs::read(&p).unwrap();
+        assert_eq!(raw[39], 0);
+        assert_eq!(&raw[8..16], &6i64.to_be_bytes());
+        // A store opened on an existing file knows what it holds.
+        drop(cp);
+        let cp = StoreCheckpoint::open(&p).unwrap();
+        marked(0x55);
+        cp.confirm_phy_offset.store(0x22, Ordering::Release);
+        cp.flush().unwrap();
+        assert_eq!(&std::fs::read(&p).unwrap()[32..40], &0x22i64.to_be_bytes());
+        marked(0x44);
+        cp.flush().unwrap();
+        assert_eq!(
+            std::fs::read(&p).unwrap()[39],
+            0x44,
+            "an unchanged flush wrote"
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 }
