@@ -351,8 +351,8 @@ class GroupCommitService(ServiceThread):
 
 class CheckpointService(ServiceThread):
     """Every second: re-reads how full the disk is (puts are refused above
-    ``disk_space_warning_level_ratio``) and writes and forces the ``checkpoint`` file (RocketMQ's
-    scheduled tasks)."""
+    ``disk_space_warning_level_ratio``) and writes and forces the ``checkpoint`` file when its
+    fields changed (RocketMQ's scheduled tasks; an idle store writes nothing)."""
 
     name = "CheckpointService"
 
