@@ -75,3 +75,32 @@ def test_large_read_equals_get_message(open_store) -> None:
     # Past the end: empty; reading the tail returns only what exists.
     assert store.read_batch("Big", 0, n, 10).num_rows == 0
     assert store.read_batch("Big", 0, n - 3, 100).num_rows == 3
+
+
+def test_runs_of_equal_properties_and_changes_between_them(open_store) -> None:
+    """Rows in runs with equal properties (one ``put_messages`` batch each), runs that differ
+    only in a value, single messages between them, and long stretches where every message has
+    properties of its own (the reuse of the last split pauses there, then resumes): every row
+    equals ``get_message``'s, on both read paths."""
+    store = open_store()
+    props_runs = [
+        ({"tags": "A", "keys": ["k1", "k2"]}, 7),
+        ({"tags": "A", "keys": ["k1", "k3"]}, 5),  # same names, one value differs
+        ({"tags": None, "keys": None}, 3),
+        ({"tags": "B", "keys": ["k1", "k2"], "properties": {"x": "1"}}, 9),
+        ({"tags": "B", "keys": ["k1", "k2"], "properties": {"x": "2"}}, 1),
+        ({"tags": "A", "keys": ["k1", "k2"]}, 4),  # back to the first run's properties
+    ]
+    for _round in range(300):
+        for kw, count in props_runs:
+            bodies = [b"r%d" % i for i in range(count)]
+            assert store.put_messages("Runs", 0, bodies, **kw).ok
+        for i in range(150):  # properties of their own: a stretch of misses
+            assert store.put_message(Message("Runs", b"u", tags="U", keys=[f"u{_round}-{i}"])).ok
+    assert store.wait_dispatched()
+    total = store.get_max_offset_in_queue("Runs", 0)
+    for start, count in ((0, total), (3, 17_000), (total - 500, 500)):
+        batch = store.read_batch("Runs", 0, start, count)
+        assert batch.num_rows == count
+        batch.validate(full=True)
+        assert _rows(batch) == _expected(store, "Runs", 0, start, count)

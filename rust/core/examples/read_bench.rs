@@ -1,5 +1,7 @@
 //! Bulk-read rate of the core (`read_batch` column building) over one queue of 128-byte
-//! messages. `cargo run --release -p rmqstore-core --example read_bench [messages]`.
+//! messages. `cargo run --release -p rmqstore-core --example read_bench [messages] [distinct]`:
+//! with `distinct`, every message carries properties of its own (a `UNIQ_KEY`, as messages
+//! from RocketMQ clients do), so no row repeats the previous row's properties.
 
 use std::time::{Duration, Instant};
 
@@ -20,15 +22,21 @@ fn main() {
     let store = MessageStore::open(&dir, cfg).expect("open");
     let body = [7u8; 128];
     let bodies: Vec<&[u8]> = vec![&body; 1000];
-    let props = vec![
+    let distinct = std::env::args().nth(2).as_deref() == Some("distinct");
+    let mut props = vec![
         ("TAGS".to_string(), "TagA".to_string()),
         ("KEYS".to_string(), "a b".to_string()),
     ];
-    for _ in 0..n / 1000 {
+    let (batches, per_batch) = if distinct { (n, 1) } else { (n / 1000, 1000) };
+    for i in 0..batches {
+        if distinct {
+            props.truncate(2);
+            props.push(("UNIQ_KEY".to_string(), format!("7F000001{i:024X}")));
+        }
         let batch = Batch {
             topic: "ReadTopic",
             queue_id: 0,
-            bodies: &bodies,
+            bodies: &bodies[..per_batch],
             properties: &props,
             flag: 0,
             born_timestamp: 0,

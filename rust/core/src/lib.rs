@@ -21,6 +21,7 @@ pub mod reput;
 pub mod store;
 pub mod transient_pool;
 pub mod util;
+pub mod vec_pool;
 
 pub use commitlog::{AppendResult, Batch, RecoveryReport, RecoveryStart};
 pub use config::{FlushDiskType, StoreConfig};

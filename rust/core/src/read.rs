@@ -7,6 +7,7 @@ use crate::consume_queue::ConsumeQueue;
 use crate::consume_queue::CQ_STORE_UNIT_SIZE;
 use crate::message::{for_each_property, view_record, MessageExt, RecordView};
 use crate::util::java_hash;
+use crate::vec_pool;
 
 /// `GetMessageStatus`, in RocketMQ's order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -472,32 +473,34 @@ impl BatchColumns {
         self.next_offset = other.next_offset;
     }
 
-    /// Room for `n` rows and `body_bytes` of bodies.
+    /// Room for `n` rows and `body_bytes` of bodies, in vectors from the pool of dropped
+    /// batches ([`crate::vec_pool`]) where it has them.
     fn with_capacity(n: usize, body_bytes: usize) -> BatchColumns {
-        let mut c = BatchColumns {
-            topic_offsets: Vec::with_capacity(n + 1),
-            topic_data: Vec::with_capacity(n * 16),
-            queue_id: Vec::with_capacity(n),
-            queue_offset: Vec::with_capacity(n),
-            commit_log_offset: Vec::with_capacity(n),
-            store_timestamp: Vec::with_capacity(n),
-            born_timestamp: Vec::with_capacity(n),
-            tags_valid: Vec::with_capacity(n / 8 + 1),
-            tags_offsets: Vec::with_capacity(n + 1),
-            tags_data: Vec::with_capacity(n * 8),
-            keys_list_offsets: Vec::with_capacity(n + 1),
-            keys_offsets: Vec::with_capacity(n * 2 + 1),
-            keys_data: Vec::with_capacity(n * 16),
-            props_map_offsets: Vec::with_capacity(n + 1),
+        let mut c = vec_pool::with_pool(|p| BatchColumns {
+            topic_offsets: p.take(n + 1),
+            topic_data: p.take(n * 16),
+            queue_id: p.take(n),
+            queue_offset: p.take(n),
+            commit_log_offset: p.take(n),
+            store_timestamp: p.take(n),
+            born_timestamp: p.take(n),
+            tags_valid: p.take(n / 8 + 1),
+            tags_offsets: p.take(n + 1),
+            tags_data: p.take(n * 8),
+            keys_list_offsets: p.take(n + 1),
+            keys_offsets: p.take(n * 2 + 1),
+            keys_data: p.take(n * 16),
+            props_map_offsets: p.take(n + 1),
             // Room for two properties a row (tags and keys, the usual ones) without regrowing.
-            props_key_offsets: Vec::with_capacity(n * 2 + 1),
-            props_key_data: Vec::with_capacity(n * 8),
-            props_value_offsets: Vec::with_capacity(n * 2 + 1),
-            props_value_data: Vec::with_capacity(n * 16),
-            body_offsets: Vec::with_capacity(n + 1),
-            body_data: Vec::with_capacity(body_bytes),
-            ..BatchColumns::default()
-        };
+            props_key_offsets: p.take(n * 2 + 1),
+            props_key_data: p.take(n * 8),
+            props_value_offsets: p.take(n * 2 + 1),
+            props_value_data: p.take(n * 16),
+            body_offsets: p.take(n + 1),
+            body_data: p.take(body_bytes),
+            rows: 0,
+            next_offset: 0,
+        });
         for v in [
             &mut c.topic_offsets,
             &mut c.tags_offsets,
@@ -513,12 +516,50 @@ impl BatchColumns {
         c
     }
 
+    /// Gives every vector to the pool of dropped batches, for the next reads.
+    pub fn recycle(self) {
+        let c = self;
+        for v in [
+            c.topic_data,
+            c.tags_valid,
+            c.tags_data,
+            c.keys_data,
+            c.props_key_data,
+            c.props_value_data,
+            c.body_data,
+        ] {
+            vec_pool::recycle(v);
+        }
+        for v in [
+            c.topic_offsets,
+            c.queue_id,
+            c.tags_offsets,
+            c.keys_list_offsets,
+            c.keys_offsets,
+            c.props_map_offsets,
+            c.props_key_offsets,
+            c.props_value_offsets,
+            c.body_offsets,
+        ] {
+            vec_pool::recycle(v);
+        }
+        for v in [
+            c.queue_offset,
+            c.commit_log_offset,
+            c.store_timestamp,
+            c.born_timestamp,
+        ] {
+            vec_pool::recycle(v);
+        }
+    }
+
     fn push(
         &mut self,
         d: &RecordView<'_>,
         queue_id: i32,
         phy_offset: i64,
         include_properties: bool,
+        split: &mut PropsSplit,
     ) {
         let row = self.rows;
         push_str(&mut self.topic_offsets, &mut self.topic_data, d.topic);
@@ -530,25 +571,59 @@ impl BatchColumns {
         if row % 8 == 0 {
             self.tags_valid.push(0);
         }
-        let mut tags: Option<&[u8]> = None;
-        let mut keys: Option<&[u8]> = None;
-        let mut keys_count = self.keys_offsets.len() - 1;
+        let props = d.properties;
+        let at = |(start, end): Span| &props[start as usize..end as usize];
         let (pk_offsets, pk_data) = (&mut self.props_key_offsets, &mut self.props_key_data);
         let (pv_offsets, pv_data) = (&mut self.props_value_offsets, &mut self.props_value_data);
-        for_each_property(d.properties, |k, v| {
-            if k.is_empty() || v.is_empty() {
-                return;
-            }
-            match k {
-                b"TAGS" => tags = Some(v),
-                b"KEYS" => keys = Some(v),
-                _ => {}
-            }
+        let mut tags: Option<&[u8]> = None;
+        if split.reusable(props) {
             if include_properties {
-                push_str(pk_offsets, pk_data, k);
-                push_str(pv_offsets, pv_data, v);
+                for &(k, v) in &split.pairs {
+                    push_str(pk_offsets, pk_data, at(k));
+                    push_str(pv_offsets, pv_data, at(v));
+                }
             }
-        });
+            tags = split.tags.map(at);
+            for &k in &split.keys {
+                push_str(&mut self.keys_offsets, &mut self.keys_data, at(k));
+            }
+        } else {
+            let record = split.begin(props);
+            let span = |f: &[u8]| -> Span {
+                let start = f.as_ptr() as usize - props.as_ptr() as usize;
+                (start as u32, (start + f.len()) as u32)
+            };
+            let mut keys: Option<&[u8]> = None;
+            let pairs = &mut split.pairs;
+            for_each_property(props, |k, v| {
+                if k.is_empty() || v.is_empty() {
+                    return;
+                }
+                match k {
+                    b"TAGS" => tags = Some(v),
+                    b"KEYS" => keys = Some(v),
+                    _ => {}
+                }
+                if include_properties {
+                    push_str(pk_offsets, pk_data, k);
+                    push_str(pv_offsets, pv_data, v);
+                }
+                if record {
+                    pairs.push((span(k), span(v)));
+                }
+            });
+            if let Some(k) = keys {
+                for key in k.split(|&b| b == b' ').filter(|k| !k.is_empty()) {
+                    push_str(&mut self.keys_offsets, &mut self.keys_data, key);
+                    if record {
+                        split.keys.push(span(key));
+                    }
+                }
+            }
+            if record {
+                split.tags = tags.map(span);
+            }
+        }
         if include_properties {
             self.props_map_offsets
                 .push((self.props_key_offsets.len() - 1) as i32);
@@ -562,15 +637,74 @@ impl BatchColumns {
             }
             None => self.tags_offsets.push(self.tags_data.len() as i32),
         }
-        if let Some(k) = keys {
-            for key in k.split(|&b| b == b' ').filter(|k| !k.is_empty()) {
-                push_str(&mut self.keys_offsets, &mut self.keys_data, key);
-                keys_count += 1;
-            }
-        }
+        let keys_count = self.keys_offsets.len() - 1;
         self.keys_list_offsets.push(keys_count as i32);
         push_str(&mut self.body_offsets, &mut self.body_data, d.body);
         self.rows += 1;
+    }
+}
+
+/// A field inside a record's properties: its start and end there.
+type Span = (u32, u32);
+
+/// The split of the last record's properties, kept for the next record: what the columns take
+/// from them (every (name, value) pair with both parts non-empty, the TAGS value, the KEYS
+/// entries) as spans of the properties bytes, with a copy of those bytes. Consecutive records
+/// very often carry equal properties (every message of one `put_messages` batch does); the
+/// next record's properties are then one comparison instead of a parse. When records keep
+/// differing (each has a `UNIQ_KEY` of its own, as messages from RocketMQ clients do), the
+/// comparisons and the copies stop for a while and resume later.
+#[derive(Debug, Default)]
+struct PropsSplit {
+    bytes: Vec<u8>,
+    /// `bytes` and the spans describe a record's properties.
+    held: bool,
+    pairs: Vec<(Span, Span)>,
+    tags: Option<Span>,
+    keys: Vec<Span>,
+    /// Comparisons that failed in a row.
+    misses: u32,
+    /// Records left to parse before comparing and recording again.
+    paused: u32,
+}
+
+/// Failed comparisons in a row after which [`PropsSplit`] pauses, and for how many records.
+const SPLIT_MISSES_BEFORE_PAUSE: u32 = 4;
+const SPLIT_PAUSE: u32 = 60;
+
+impl PropsSplit {
+    /// Whether `props` equal the properties held (their spans then apply to `props`).
+    fn reusable(&mut self, props: &[u8]) -> bool {
+        if !self.held {
+            return false;
+        }
+        if self.bytes == props {
+            self.misses = 0;
+            return true;
+        }
+        self.misses += 1;
+        if self.misses >= SPLIT_MISSES_BEFORE_PAUSE {
+            self.misses = 0;
+            self.held = false;
+            self.paused = SPLIT_PAUSE;
+        }
+        false
+    }
+
+    /// Before `props` are parsed: whether to record their split (the spans are cleared and the
+    /// bytes copied when so).
+    fn begin(&mut self, props: &[u8]) -> bool {
+        if self.paused > 0 {
+            self.paused -= 1;
+            return false;
+        }
+        self.bytes.clear();
+        self.bytes.extend_from_slice(props);
+        self.pairs.clear();
+        self.keys.clear();
+        self.tags = None;
+        self.held = true;
+        true
     }
 }
 
@@ -595,54 +729,64 @@ pub fn read_batch(
     let start = offset.max(cq.min_offset());
     let n = (max - start).clamp(0, max_msgs as i64) as usize;
     if n < PARALLEL_READ_UNITS {
-        return read_range(commitlog, cq, start, max, max_msgs, n, include_properties);
+        let cols = columns_for(cq, start, n);
+        return read_range(
+            commitlog,
+            cq,
+            cols,
+            start,
+            max,
+            max_msgs,
+            include_properties,
+        );
     }
     let mid = start + (n / 2) as i64;
-    let second_half = || {
+    let (end, second_rows) = (start + n as i64, n - n / 2);
+    // The first half's vectors have room for both, so the join never regrows them.
+    let first_cols = columns_for(cq, start, n);
+    let second_cols = columns_for(cq, mid, second_rows);
+    let second_half = |cols| {
         read_range(
             commitlog,
             cq,
+            cols,
             mid,
-            start + n as i64,
-            n - n / 2,
-            n - n / 2,
+            end,
+            second_rows,
             include_properties,
         )
     };
     let (mut first, second) = std::thread::scope(|s| {
-        let second = std::thread::Builder::new().spawn_scoped(s, second_half);
-        // The first half's vectors have room for both, so the join never regrows them (a
-        // regrown vector's new pages would be faulted in afresh).
-        let first = read_range(commitlog, cq, start, mid, n / 2, n, include_properties);
+        let second = std::thread::Builder::new().spawn_scoped(s, || second_half(second_cols));
+        let first = read_range(
+            commitlog,
+            cq,
+            first_cols,
+            start,
+            mid,
+            n / 2,
+            include_properties,
+        );
         // No thread could be started: this one reads the second half too.
         let second = match second {
             Ok(j) => j.join().ok(),
-            Err(_) => Some(second_half()),
+            Err(_) => Some(second_half(columns_for(cq, mid, second_rows))),
         };
         (first, second)
     });
-    match second {
-        // The first half stopped early (size cap): the second would leave a gap.
-        Some(second) if first.next_offset >= mid => first.append(&second),
-        _ => {}
+    if let Some(second) = second {
+        // When the first half stopped early (size cap), the second would leave a gap.
+        if first.next_offset >= mid {
+            first.append(&second);
+        }
+        second.recycle();
     }
     first
 }
 
-/// Reads units `[start, limit)`, at most `max_rows` messages, into vectors with room for the
-/// `room` units from `start` (at least the rows read).
-fn read_range(
-    commitlog: &CommitLog,
-    cq: &ConsumeQueue,
-    start: i64,
-    limit: i64,
-    max_rows: usize,
-    room: usize,
-    include_properties: bool,
-) -> BatchColumns {
-    let n = (limit - start).clamp(0, max_rows as i64) as usize;
-    let room = room.max(n);
-    // Size the body column from the record sizes in the queue so it never regrows.
+/// Empty columns with room for the `room` units from `start`; the body column is sized from
+/// the record sizes in the queue, so it never regrows.
+fn columns_for(cq: &ConsumeQueue, start: i64, room: usize) -> BatchColumns {
     let mut bytes = 0usize;
     if room > 0 {
         cq.scan(start, start + room as i64, |u| {
@@ -650,9 +794,23 @@ fn read_range(
             true
         });
     }
-    let mut cols = BatchColumns::with_capacity(room, bytes.min(READ_BATCH_MAX_BYTES));
+    BatchColumns::with_capacity(room, bytes.min(READ_BATCH_MAX_BYTES))
+}
+
+/// Reads units `[start, limit)`, at most `max_rows` messages, into `cols` (made by
+/// [`columns_for`] with room for at least those units).
+fn read_range(
+    commitlog: &CommitLog,
+    cq: &ConsumeQueue,
+    mut cols: BatchColumns,
+    start: i64,
+    limit: i64,
+    max_rows: usize,
+    include_properties: bool,
+) -> BatchColumns {
     let mut next = start;
     let mut file: Option<std::sync::Arc<crate::mapped_file::MappedFile>> = None;
+    let mut split = PropsSplit::default();
     cq.scan(start, limit, |u| {
         if cols.rows >= max_rows {
             return false;
@@ -675,7 +833,13 @@ fn read_range(
             return true;
         };
         if let Some(d) = view_record(data).filter(|d| d.physical_offset == u.phy_offset) {
-            cols.push(&d, cq.queue_id(), u.phy_offset, include_properties);
+            cols.push(
+                &d,
+                cq.queue_id(),
+                u.phy_offset,
+                include_properties,
+                &mut split,
+            );
             // The size cap: stop after this row.
             return cols.body_data.len() <= READ_BATCH_MAX_BYTES / 2
                 && cols.props_value_data.len() <= READ_BATCH_MAX_BYTES / 2;

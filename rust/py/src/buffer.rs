@@ -6,6 +6,7 @@ use std::ffi::{c_int, c_void, CStr};
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use rmqstore_core::vec_pool;
 
 pub enum ColumnData {
     U8(Vec<u8>),
@@ -38,6 +39,18 @@ pub struct ColumnBuffer {
 impl ColumnBuffer {
     pub fn new(data: ColumnData) -> ColumnBuffer {
         ColumnBuffer { data }
+    }
+}
+
+/// When Python lets go of the buffer (no array or view holds it any longer), its vector goes
+/// to the core's pool of read vectors, for the next `read_batch`.
+impl Drop for ColumnBuffer {
+    fn drop(&mut self) {
+        match std::mem::replace(&mut self.data, ColumnData::U8(Vec::new())) {
+            ColumnData::U8(v) => vec_pool::recycle(v),
+            ColumnData::I32(v) => vec_pool::recycle(v),
+            ColumnData::I64(v) => vec_pool::recycle(v),
+        }
     }
 }
 
