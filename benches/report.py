@@ -167,6 +167,16 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                 check(r, 10_000_000),
             )
         )
+    rbo = results.get("read_batch_own_props")
+    if rbo:
+        rows.append(
+            Row(
+                "read_batch to pyarrow, 128 B bodies, every message with properties of its own",
+                fmt_rate(rate(rbo, "messages"), "msg/s"),
+                "(reported)",
+                None,
+            )
+        )
     qm = results.get("query_message")
     if qm:
         p50 = float(qm["p50_s"])

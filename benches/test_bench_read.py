@@ -124,6 +124,30 @@ def test_read_batch_rate(benchmark, filled_queue) -> None:
     benchmark.pedantic(walk, rounds=3, iterations=1, warmup_rounds=1)
 
 
+def test_read_batch_rate_own_properties(benchmark, open_store, scaled) -> None:
+    """``read_batch`` over messages that each carry properties of their own (a key and a
+    ``UNIQ_KEY`` per message, as RocketMQ clients send), so no row repeats the previous row's
+    properties: the case the reuse of the last split does not help. Reported, no target."""
+    n = scaled(400_000, 100_000)
+    store = open_store(mapped_file_size_commit_log=scaled(1024, 256) * MiB)
+    body = os.urandom(128)
+    put = store.put_message
+    msg = rmqstore.Message
+    for i in range(n):
+        props = {"UNIQ_KEY": f"7F00000100002A9F0000{i:012X}"}
+        assert put(msg("OwnTopic", body, tags="TagA", keys=[f"k{i}"], properties=props)).ok
+    assert store.wait_dispatched(120)
+
+    def walk() -> int:
+        offset = 0
+        while offset < n:
+            offset += store.read_batch("OwnTopic", 0, offset, 65536).num_rows
+        return offset
+
+    benchmark.extra_info.update(metric="read_batch_own_props", messages=n, bytes=n * 128)
+    benchmark.pedantic(walk, rounds=3, iterations=1, warmup_rounds=1)
+
+
 def test_query_message_latency(benchmark, open_store, scaled) -> None:
     """``query_message`` by key over a store of 1,000,000 (quick: 200,000) indexed messages,
     each with its own key; the report gives the p50 of single lookups."""
