@@ -27,8 +27,6 @@ class Row:
 
 #: Targets not met yet, by figure prefix -> issue number.
 OPEN_TARGETS = {
-    "dispatch vs batch append": 3,
-    "read_batch to pyarrow": 3,
     "SYNC_FLUSH group commit": 4,
     "Spark count + group-by": 5,
 }
