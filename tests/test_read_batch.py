@@ -104,3 +104,25 @@ def test_runs_of_equal_properties_and_changes_between_them(open_store) -> None:
         assert batch.num_rows == count
         batch.validate(full=True)
         assert _rows(batch) == _expected(store, "Runs", 0, start, count)
+
+
+def test_reads_after_dropped_batches_reuse_their_vectors_and_stay_exact(open_store) -> None:
+    """Vectors of dropped batches are reused by the next reads (``vec_pool``): batches of two
+    queues with different row sizes, tags and keys, read alternately and dropped, always give
+    the same rows, whichever vectors they were built in."""
+    store = open_store()
+    for i in range(40_000):
+        tags = "wide" if i % 3 else None
+        keys = [f"k{i}"] * (i % 4) or None
+        assert store.put_message(Message("Pool", b"w" * (i % 300), tags=tags, keys=keys)).ok
+        assert store.put_message(Message("Pool", b"n", queue_id=1, tags=f"t{i % 7}")).ok
+    assert store.wait_dispatched()
+    expected = {q: _rows(store.read_batch("Pool", q, 0, 40_000)) for q in (0, 1)}
+    for q in (0, 1):
+        assert expected[q] == _expected(store, "Pool", q, 0, 40_000)
+    for _ in range(3):
+        for q in (1, 0, 0, 1):
+            batch = store.read_batch("Pool", q, 0, 40_000)
+            batch.validate(full=True)
+            assert _rows(batch) == expected[q]
+            del batch
