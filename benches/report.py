@@ -61,6 +61,12 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
     def check(value: float, target: float) -> bool:
         return value >= target * scale
 
+    def reported_rate(metric: str, figure: str) -> None:
+        """A message rate shown without a target."""
+        res = results.get(metric)
+        if res:
+            rows.append(Row(figure, fmt_rate(rate(res, "messages"), "msg/s"), "(reported)", None))
+
     for size in (128, 1024):
         base = results.get(f"memcpy_{size}")
         app = results.get(f"batch_append_{size}")
@@ -102,16 +108,7 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                     check(r, target) if target else None,
                 )
             )
-    built = results.get("build_put_message_128")
-    if built:
-        rows.append(
-            Row(
-                "Message(...) + put_message, 128 B",
-                fmt_rate(rate(built, "messages"), "msg/s"),
-                "(reported)",
-                None,
-            )
-        )
+    reported_rate("build_put_message_128", "Message(...) + put_message, 128 B")
     app = results.get("batch_append_1024")
     for kind in ("cold", "warm"):
         roll = results.get(f"segment_roll_{kind}")
@@ -165,16 +162,10 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                 check(r, 10_000_000),
             )
         )
-    rbo = results.get("read_batch_own_props")
-    if rbo:
-        rows.append(
-            Row(
-                "read_batch to pyarrow, 128 B bodies, every message with properties of its own",
-                fmt_rate(rate(rbo, "messages"), "msg/s"),
-                "(reported)",
-                None,
-            )
-        )
+    reported_rate(
+        "read_batch_own_props",
+        "read_batch to pyarrow, 128 B bodies, every message with properties of its own",
+    )
     qm = results.get("query_message")
     if qm:
         p50 = float(qm["p50_s"])

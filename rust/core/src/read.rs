@@ -358,6 +358,39 @@ pub struct BatchColumns {
     pub body_data: Vec<u8>,
 }
 
+/// One column vector of a bulk read, by element type.
+#[derive(Debug)]
+pub enum ColumnVec {
+    U8(Vec<u8>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+}
+
+impl ColumnVec {
+    /// The bytes of the vector, in this host's byte order: an in-memory Arrow buffer (Arrow's
+    /// in-memory format is native-endian), never written to disk.
+    pub fn bytes(&self) -> &[u8] {
+        fn raw<T: Copy>(v: &[T]) -> &[u8] {
+            // SAFETY: plain integers without padding; the length covers exactly the elements.
+            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+        }
+        match self {
+            ColumnVec::U8(v) => v,
+            ColumnVec::I32(v) => raw(v),
+            ColumnVec::I64(v) => raw(v),
+        }
+    }
+
+    /// Gives the vector to the pool of dropped batches ([`crate::vec_pool`]).
+    pub fn recycle(self) {
+        match self {
+            ColumnVec::U8(v) => vec_pool::recycle(v),
+            ColumnVec::I32(v) => vec_pool::recycle(v),
+            ColumnVec::I64(v) => vec_pool::recycle(v),
+        }
+    }
+}
+
 /// Appends the offsets of a column read right after `dst`'s, rebased onto its end.
 fn append_offsets(dst: &mut Vec<i32>, src: &[i32]) {
     let base = dst.last().copied().unwrap_or(0);
@@ -516,40 +549,39 @@ impl BatchColumns {
         c
     }
 
+    /// Every column vector with its name, in one list: what the binding hands to Python and
+    /// what [`BatchColumns::recycle`] gives back to the pool.
+    pub fn into_named(self) -> [(&'static str, ColumnVec); 20] {
+        use ColumnVec::{I32, I64, U8};
+        let c = self;
+        [
+            ("topic_offsets", I32(c.topic_offsets)),
+            ("topic_data", U8(c.topic_data)),
+            ("queue_id", I32(c.queue_id)),
+            ("queue_offset", I64(c.queue_offset)),
+            ("commit_log_offset", I64(c.commit_log_offset)),
+            ("store_timestamp", I64(c.store_timestamp)),
+            ("born_timestamp", I64(c.born_timestamp)),
+            ("tags_valid", U8(c.tags_valid)),
+            ("tags_offsets", I32(c.tags_offsets)),
+            ("tags_data", U8(c.tags_data)),
+            ("keys_list_offsets", I32(c.keys_list_offsets)),
+            ("keys_offsets", I32(c.keys_offsets)),
+            ("keys_data", U8(c.keys_data)),
+            ("props_map_offsets", I32(c.props_map_offsets)),
+            ("props_key_offsets", I32(c.props_key_offsets)),
+            ("props_key_data", U8(c.props_key_data)),
+            ("props_value_offsets", I32(c.props_value_offsets)),
+            ("props_value_data", U8(c.props_value_data)),
+            ("body_offsets", I32(c.body_offsets)),
+            ("body_data", U8(c.body_data)),
+        ]
+    }
+
     /// Gives every vector to the pool of dropped batches, for the next reads.
     pub fn recycle(self) {
-        let c = self;
-        for v in [
-            c.topic_data,
-            c.tags_valid,
-            c.tags_data,
-            c.keys_data,
-            c.props_key_data,
-            c.props_value_data,
-            c.body_data,
-        ] {
-            vec_pool::recycle(v);
-        }
-        for v in [
-            c.topic_offsets,
-            c.queue_id,
-            c.tags_offsets,
-            c.keys_list_offsets,
-            c.keys_offsets,
-            c.props_map_offsets,
-            c.props_key_offsets,
-            c.props_value_offsets,
-            c.body_offsets,
-        ] {
-            vec_pool::recycle(v);
-        }
-        for v in [
-            c.queue_offset,
-            c.commit_log_offset,
-            c.store_timestamp,
-            c.born_timestamp,
-        ] {
-            vec_pool::recycle(v);
+        for (_, v) in self.into_named() {
+            v.recycle();
         }
     }
 

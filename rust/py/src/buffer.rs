@@ -6,38 +6,16 @@ use std::ffi::{c_int, c_void, CStr};
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use rmqstore_core::vec_pool;
-
-pub enum ColumnData {
-    U8(Vec<u8>),
-    I32(Vec<i32>),
-    I64(Vec<i64>),
-}
-
-impl ColumnData {
-    /// The bytes of the vector. Arrow's in-memory format is native-endian and pyarrow reads it
-    /// on this host; nothing here is written to disk.
-    fn bytes(&self) -> &[u8] {
-        fn raw<T: Copy>(v: &[T]) -> &[u8] {
-            // SAFETY: plain integers without padding; the length covers exactly the elements.
-            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-        }
-        match self {
-            ColumnData::U8(v) => v,
-            ColumnData::I32(v) => raw(v),
-            ColumnData::I64(v) => raw(v),
-        }
-    }
-}
+use rmqstore_core::read::ColumnVec;
 
 /// Read-only bytes owned by Rust, handed to Python without a copy.
 #[pyclass(frozen, module = "rmqstore._rmqstore")]
 pub struct ColumnBuffer {
-    data: ColumnData,
+    data: ColumnVec,
 }
 
 impl ColumnBuffer {
-    pub fn new(data: ColumnData) -> ColumnBuffer {
+    pub fn new(data: ColumnVec) -> ColumnBuffer {
         ColumnBuffer { data }
     }
 }
@@ -46,11 +24,7 @@ impl ColumnBuffer {
 /// to the core's pool of read vectors, for the next `read_batch`.
 impl Drop for ColumnBuffer {
     fn drop(&mut self) {
-        match std::mem::replace(&mut self.data, ColumnData::U8(Vec::new())) {
-            ColumnData::U8(v) => vec_pool::recycle(v),
-            ColumnData::I32(v) => vec_pool::recycle(v),
-            ColumnData::I64(v) => vec_pool::recycle(v),
-        }
+        std::mem::replace(&mut self.data, ColumnVec::U8(Vec::new())).recycle();
     }
 }
 

@@ -15,7 +15,7 @@ use rmqstore_core::read::{TagFilter, TimeBoundary};
 use rmqstore_core::util::now_millis;
 use rmqstore_core::{FlushDiskType, MessageStore, StoreConfig};
 
-use crate::buffer::{ColumnBuffer, ColumnData};
+use crate::buffer::ColumnBuffer;
 use crate::errors::{invalid_argument, IntoPyResult};
 use crate::message::{
     build_properties, keys_value, GetMessageResult, Message, MessageExt, PutMessageResult,
@@ -525,19 +525,9 @@ impl Store {
         })?;
         let (rows, next) = (cols.rows, cols.next_offset);
         let d = PyDict::new(py);
-        macro_rules! put {
-            ($kind:ident: $($name:ident),*) => {$(
-                d.set_item(
-                    stringify!($name),
-                    Py::new(py, ColumnBuffer::new(ColumnData::$kind(cols.$name)))?,
-                )?;
-            )*};
+        for (name, column) in cols.into_named() {
+            d.set_item(name, Py::new(py, ColumnBuffer::new(column))?)?;
         }
-        put!(I32: topic_offsets, queue_id, tags_offsets, keys_list_offsets, keys_offsets);
-        put!(I32: props_map_offsets, props_key_offsets, props_value_offsets, body_offsets);
-        put!(I64: queue_offset, commit_log_offset, store_timestamp, born_timestamp);
-        put!(U8: topic_data, tags_valid, tags_data, keys_data, props_key_data, props_value_data);
-        put!(U8: body_data);
         Ok((rows, next, d))
     }
 
