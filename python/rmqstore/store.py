@@ -335,6 +335,10 @@ class MessageStore:
 
         The read crosses consume queue segments; the next offset to read is the last row's
         ``queue_offset + 1`` (or ``offset`` when the batch is empty).
+
+        The columns' memory belongs to the batch until Python drops it; it then goes to a pool
+        of this process (at most 64 MiB) that the next reads take their vectors from, so a read
+        loop does not fault fresh pages in for every batch.
         """
         from ._arrow import batch_from_buffers
 
