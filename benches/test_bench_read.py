@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable
 
 import pytest
 import rmqstore
@@ -124,19 +125,40 @@ def test_read_batch_rate(benchmark, filled_queue) -> None:
     benchmark.pedantic(walk, rounds=3, iterations=1, warmup_rounds=1)
 
 
+def _filled_one_by_one(
+    open_store: Callable[..., rmqstore.MessageStore],
+    scaled: Callable[[int, int], int],
+    n: int,
+    message: Callable[[int], rmqstore.Message],
+) -> rmqstore.MessageStore:
+    """A store holding ``message(i)`` for ``i`` in ``range(n)``, each put on its own, fully
+    dispatched."""
+    store = open_store(mapped_file_size_commit_log=scaled(1024, 256) * MiB)
+    put = store.put_message
+    for i in range(n):
+        assert put(message(i)).ok
+    assert store.wait_dispatched(120)
+    return store
+
+
 def test_read_batch_rate_own_properties(benchmark, open_store, scaled) -> None:
     """``read_batch`` over messages that each carry properties of their own (a key and a
     ``UNIQ_KEY`` per message, as RocketMQ clients send), so no row repeats the previous row's
     properties: the case the reuse of the last split does not help. Reported, no target."""
     n = scaled(400_000, 100_000)
-    store = open_store(mapped_file_size_commit_log=scaled(1024, 256) * MiB)
     body = os.urandom(128)
-    put = store.put_message
-    msg = rmqstore.Message
-    for i in range(n):
-        props = {"UNIQ_KEY": f"7F00000100002A9F0000{i:012X}"}
-        assert put(msg("OwnTopic", body, tags="TagA", keys=[f"k{i}"], properties=props)).ok
-    assert store.wait_dispatched(120)
+    store = _filled_one_by_one(
+        open_store,
+        scaled,
+        n,
+        lambda i: rmqstore.Message(
+            "OwnTopic",
+            body,
+            tags="TagA",
+            keys=[f"k{i}"],
+            properties={"UNIQ_KEY": f"7F00000100002A9F0000{i:012X}"},
+        ),
+    )
 
     def walk() -> int:
         offset = 0
@@ -152,13 +174,13 @@ def test_query_message_latency(benchmark, open_store, scaled) -> None:
     """``query_message`` by key over a store of 1,000,000 (quick: 200,000) indexed messages,
     each with its own key; the report gives the p50 of single lookups."""
     n = scaled(1_000_000, 200_000)
-    store = open_store(mapped_file_size_commit_log=scaled(1024, 256) * MiB)
     body = os.urandom(128)
-    put = store.put_message
-    msg = rmqstore.Message
-    for i in range(n):
-        put(msg("KeyTopic", body, keys=[f"key-{i}"], queue_id=i & 7))
-    assert store.wait_dispatched(120)
+    store = _filled_one_by_one(
+        open_store,
+        scaled,
+        n,
+        lambda i: rmqstore.Message("KeyTopic", body, keys=[f"key-{i}"], queue_id=i & 7),
+    )
     rng = random.Random(7)
     keys = [f"key-{rng.randrange(n)}" for _ in range(2000)]
     latencies: list[float] = []

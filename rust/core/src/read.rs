@@ -761,48 +761,29 @@ pub fn read_batch(
     let start = offset.max(cq.min_offset());
     let n = (max - start).clamp(0, max_msgs as i64) as usize;
     if n < PARALLEL_READ_UNITS {
-        let cols = columns_for(cq, start, n);
-        return read_range(
-            commitlog,
-            cq,
-            cols,
-            start,
-            max,
-            max_msgs,
-            include_properties,
-        );
+        return read_range(commitlog, cq, start, max, max_msgs, n, include_properties);
     }
     let mid = start + (n / 2) as i64;
-    let (end, second_rows) = (start + n as i64, n - n / 2);
-    // The first half's vectors have room for both, so the join never regrows them.
-    let first_cols = columns_for(cq, start, n);
-    let second_cols = columns_for(cq, mid, second_rows);
-    let second_half = |cols| {
+    let second_half = || {
         read_range(
             commitlog,
             cq,
-            cols,
             mid,
-            end,
-            second_rows,
+            start + n as i64,
+            n - n / 2,
+            n - n / 2,
             include_properties,
         )
     };
     let (mut first, second) = std::thread::scope(|s| {
-        let second = std::thread::Builder::new().spawn_scoped(s, || second_half(second_cols));
-        let first = read_range(
-            commitlog,
-            cq,
-            first_cols,
-            start,
-            mid,
-            n / 2,
-            include_properties,
-        );
+        let second = std::thread::Builder::new().spawn_scoped(s, second_half);
+        // The first half's vectors have room for both, so the join never regrows them (a
+        // regrown vector's new pages would be faulted in afresh).
+        let first = read_range(commitlog, cq, start, mid, n / 2, n, include_properties);
         // No thread could be started: this one reads the second half too.
         let second = match second {
             Ok(j) => j.join().ok(),
-            Err(_) => Some(second_half(columns_for(cq, mid, second_rows))),
+            Err(_) => Some(second_half()),
         };
         (first, second)
     });
@@ -816,9 +797,20 @@ pub fn read_batch(
     first
 }
 
-/// Empty columns with room for the `room` units from `start`; the body column is sized from
-/// the record sizes in the queue, so it never regrows.
-fn columns_for(cq: &ConsumeQueue, start: i64, room: usize) -> BatchColumns {
+/// Reads units `[start, limit)`, at most `max_rows` messages, into vectors with room for the
+/// `room` units from `start` (at least the rows read).
+fn read_range(
+    commitlog: &CommitLog,
+    cq: &ConsumeQueue,
+    start: i64,
+    limit: i64,
+    max_rows: usize,
+    room: usize,
+    include_properties: bool,
+) -> BatchColumns {
+    let n = (limit - start).clamp(0, max_rows as i64) as usize;
+    let room = room.max(n);
+    // Size the body column from the record sizes in the queue so it never regrows.
     let mut bytes = 0usize;
     if room > 0 {
         cq.scan(start, start + room as i64, |u| {
@@ -826,20 +818,7 @@ fn columns_for(cq: &ConsumeQueue, start: i64, room: usize) -> BatchColumns {
             true
         });
     }
-    BatchColumns::with_capacity(room, bytes.min(READ_BATCH_MAX_BYTES))
-}
-
-/// Reads units `[start, limit)`, at most `max_rows` messages, into `cols` (made by
-/// [`columns_for`] with room for at least those units).
-fn read_range(
-    commitlog: &CommitLog,
-    cq: &ConsumeQueue,
-    mut cols: BatchColumns,
-    start: i64,
-    limit: i64,
-    max_rows: usize,
-    include_properties: bool,
-) -> BatchColumns {
+    let mut cols = BatchColumns::with_capacity(room, bytes.min(READ_BATCH_MAX_BYTES));
     let mut next = start;
     let mut file: Option<std::sync::Arc<crate::mapped_file::MappedFile>> = None;
     let mut split = PropsSplit::default();

@@ -6,8 +6,9 @@
 //! in and zeroed by the kernel, then unmapped again) depends on its thresholds and on what else
 //! the process allocated: the same read loop measured 0 faults per walk of a queue in one
 //! Python process and 7,000 to 45,000 in another. Returning the vectors here when a batch is
-//! dropped ([`recycle`]) and taking them back in the next read ([`take`]) makes it the first
-//! case every time. The pool holds at most [`POOL_MAX_BYTES`]; vectors it cannot keep are freed.
+//! dropped ([`recycle`]) and taking them back in the next read ([`VecPool::take`], under
+//! [`with_pool`]) makes it the first case every time. The pool holds at most
+//! [`POOL_MAX_BYTES`]; vectors it cannot keep are freed.
 
 use std::sync::Mutex;
 
@@ -17,6 +18,7 @@ pub const POOL_MAX_BYTES: usize = 64 << 20;
 /// Vectors smaller than this are freed, not kept: the allocator reuses small blocks well.
 pub const POOL_MIN_BYTES: usize = 64 << 10;
 
+/// Kept vectors by element type, and the bytes of capacity they hold.
 #[derive(Debug, Default)]
 pub struct VecPool {
     u8s: Vec<Vec<u8>>,
@@ -111,11 +113,6 @@ impl VecPool {
 /// Runs `f` with the process-wide pool locked (one lock for all the vectors of a read).
 pub fn with_pool<R>(f: impl FnOnce(&mut VecPool) -> R) -> R {
     f(&mut pool())
-}
-
-/// An empty vector with room for `capacity` elements, from the pool when it has one.
-pub fn take<T: Pooled>(capacity: usize) -> Vec<T> {
-    pool().take(capacity)
 }
 
 /// Gives a vector no longer used to the pool (freed when the pool does not keep it).
