@@ -11,9 +11,14 @@ import hashlib
 import ipaddress
 import os
 import struct
+import threading
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 MAGIC_V1 = 0xDAA320A7
 MAGIC_V2 = 0xDAA320AB
@@ -559,3 +564,43 @@ def index_keys(rec: Record, with_tags: bool = False) -> list[str]:
     if with_tags and props.get("TAGS"):
         keys.append(f"{rec.topic}#T#{props['TAGS']}")
     return keys
+
+
+#: Time at each end of a call in which a thread holding the GIL can still be made to hand it over
+#: between bytecodes (the default switch interval is 5 ms), with room for scheduling.
+GIL_EDGE_SECONDS = 0.010
+
+
+def other_thread_ran_inside(call: Callable[[], T]) -> tuple[T, int]:
+    """Runs ``call`` while a second Python thread loops and notes the time every 256 rounds;
+    returns the result and how many notes fall inside the call, away from its edges (see
+    :data:`GIL_EDGE_SECONDS`).
+
+    A native call that holds the GIL throughout lets no bytecode of the other thread run
+    between its first and last instant, so it gives 0; one that releases the GIL gives many.
+    The call must last at least three edges for the answer to mean anything."""
+    notes: list[float] = []
+    started = threading.Event()
+    stop = threading.Event()
+
+    def spin() -> None:
+        n = 0
+        started.set()
+        while not stop.is_set():
+            n += 1
+            if n % 256 == 0:
+                notes.append(time.perf_counter())
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    started.wait()
+    try:
+        t0 = time.perf_counter()
+        result = call()
+        t1 = time.perf_counter()
+    finally:
+        stop.set()
+        spinner.join()
+    assert t1 - t0 >= 3 * GIL_EDGE_SECONDS, f"the call took {t1 - t0:.3f} s: too short to judge"
+    inside = sum(1 for t in notes if t0 + GIL_EDGE_SECONDS < t < t1 - GIL_EDGE_SECONDS)
+    return result, inside

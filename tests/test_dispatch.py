@@ -16,6 +16,7 @@ from rmqstore import GetMessageStatus, Message, MessageStore, PutMessageResult
 from rmqwire import (
     CQ_FILE_SIZE,
     SMALL_STORE,
+    other_thread_ran_inside,
     read_commitlog,
     read_consume_queue,
     read_index_files,
@@ -140,6 +141,21 @@ def test_dispatch_behind_bytes_returns_to_zero(open_small) -> None:
     assert store.wait_dispatched(timeout=10)
     assert store.dispatch_behind_bytes() == 0
     assert sum(store.get_max_offset_in_queue("Behind", q) for q in range(4)) == 2000
+
+
+def test_the_dispatch_call_lets_other_python_threads_run(open_store) -> None:
+    """The service's Rust call (parse records, append consume queue units, put index keys) runs
+    with the GIL released: another Python thread keeps running meanwhile."""
+    store = open_store(mapped_file_size_commit_log=256 << 20)
+    store._pause_service("ReputMessageService")
+    bodies = [b"g" * 128] * 1000
+    for _ in range(600):
+        assert store.put_messages("Gil", 0, bodies, tags="T", keys=["a", "b"]).ok
+    step, ran = other_thread_ran_inside(lambda: store._core.dispatch_step(1 << 30, 0, 60_000))
+    dispatched, _bytes, _offset, behind = step
+    assert (dispatched, behind) == (600_000, 0)
+    assert store.get_max_offset_in_queue("Gil", 0) == 600_000
+    assert ran > 0, "another Python thread never ran while dispatch worked"
 
 
 # -- concurrency -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,27 @@ def fill(store: MessageStore, topic: str, n: int, *, queue_id: int = 0, tags=Non
         out.append(r)
     assert store.wait_dispatched()
     return out
+
+
+def test_get_message_status_is_rocketmqs_enum(store: MessageStore) -> None:
+    """A standard ``enum.Enum`` with the members of RocketMQ's ``GetMessageStatus``, in its
+    order, and results carry its members."""
+    assert issubclass(GetMessageStatus, enum.Enum)
+    assert [m.name for m in GetMessageStatus] == [
+        "FOUND",
+        "NO_MATCHED_MESSAGE",
+        "MESSAGE_WAS_REMOVING",
+        "OFFSET_FOUND_NULL",
+        "OFFSET_OVERFLOW_BADLY",
+        "OFFSET_OVERFLOW_ONE",
+        "OFFSET_TOO_SMALL",
+        "NO_MATCHED_LOGIC_QUEUE",
+        "NO_MESSAGE_IN_QUEUE",
+        "OFFSET_RESET",
+    ]
+    assert store.get_message("g", "None", 0, 0).status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
+    fill(store, "Enum", 1)
+    assert store.get_message("g", "Enum", 0, 0).status is GetMessageStatus.FOUND
 
 
 def check_result(r: GetMessageResult, topic: str, queue_id: int) -> None:
