@@ -84,6 +84,44 @@ def test_a_waiting_sync_put_does_not_hold_the_gil(open_small) -> None:
     assert ran > 0, "another Python thread never ran during the 400 ms wait"
 
 
+def test_waiting_sync_puts_spin_only_briefly(open_small, tmp_path) -> None:
+    # Producers waiting together spin for a moment before they park (PRODUCER_SPIN), and the
+    # service spins while it gathers them (GATHER_SPIN): both are bounded, so a long wait and
+    # an idle store after a burst cost next to no CPU (unbounded, 8 spinners would keep both
+    # CPUs busy for the whole wait).
+    paused = open_small(tmp_path / "paused", flush_disk_type="SYNC_FLUSH", sync_flush_timeout=600)
+    running = open_small(tmp_path / "running", flush_disk_type="SYNC_FLUSH")
+    statuses: list[PutMessageStatus] = []
+
+    def burst(store) -> float:
+        def put(i: int) -> None:
+            statuses.append(store.put_message(Message("Spin", b"%d" % i)).status)
+
+        threads = [threading.Thread(target=put, args=(i,)) for i in range(8)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - start
+
+    paused._pause_service("GroupCommitService")
+    cpu = time.process_time()
+    waited = burst(paused)
+    cpu = time.process_time() - cpu
+    assert statuses == [PutMessageStatus.FLUSH_DISK_TIMEOUT] * 8
+    assert waited >= 0.6
+    assert cpu < 0.25 * waited, f"8 waiting puts used {cpu:.3f} s of CPU in {waited:.3f} s"
+
+    statuses.clear()
+    burst(running)
+    assert statuses == [PutMessageStatus.PUT_OK] * 8
+    cpu = time.process_time()
+    time.sleep(1.0)
+    cpu = time.process_time() - cpu
+    assert cpu < 0.25, f"an idle SYNC_FLUSH store used {cpu:.3f} s of CPU in 1 s"
+
+
 def test_async_flush_forces_periodically(open_small) -> None:
     store = open_small(
         flush_disk_type="ASYNC_FLUSH",

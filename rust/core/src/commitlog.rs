@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -254,6 +254,26 @@ struct GroupCommit {
     request: Condvar,
     /// Set once under `state`; read by parked producers without the lock.
     stopped: AtomicBool,
+    /// `state.waiters.len()`, kept under `state`: the service reads it without the lock while
+    /// it spins for producers to come back.
+    waiting: AtomicUsize,
+}
+
+impl GroupCommit {
+    /// Publishes the number of waiting producers (called under `state`).
+    fn publish_waiting(&self, st: &GroupState) {
+        self.waiting.store(st.waiters.len(), Ordering::Release);
+    }
+
+    /// Spins, yielding the CPU, until `wanted` producers wait, the group is stopped or `until`.
+    fn spin_for_waiters(&self, wanted: usize, until: Instant) {
+        while self.waiting.load(Ordering::Acquire) < wanted
+            && !self.stopped.load(Ordering::Acquire)
+            && Instant::now() < until
+        {
+            std::thread::yield_now();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -286,6 +306,21 @@ struct GroupState {
 const RELAY_FANOUT: usize = 2;
 /// The longest a group-commit round waits for producers released by the last force.
 const MAX_GATHER: Duration = Duration::from_millis(1);
+/// Short waits spin before they sleep. Waking a sleeping thread on an idle CPU is slow where
+/// CPUs are virtual (a halted vCPU must be woken by its host: 30-50 us measured on the
+/// benchmark machines, 1-2 us on the same CPU), and a burst of 32 producers hands the GIL and
+/// the group from thread to thread, so every sleeping hand-off was paid in series. A waiter
+/// that spins for a little while, giving the CPU away at each turn (`sched_yield`), keeps its
+/// CPU awake for the next hand-off and sees its own event without a wake-up; past the window
+/// it sleeps as before, so a slow disk or an idle store costs no CPU. The figures are in
+/// `benches/README.md` (issue 4).
+///
+/// How long a producer that waits with others spins before it parks (a lone producer parks at
+/// once: nobody hands anything on to it).
+const PRODUCER_SPIN: Duration = Duration::from_micros(50);
+/// How long, at most, the service spins while it gathers the producers of the last force
+/// (within the gather window, which is bounded by the last force's duration).
+const GATHER_SPIN: Duration = Duration::from_micros(300);
 
 /// The commit service's side of the transient store pool (`CommitRealTimeService`): puts ask
 /// for a commit round without a system call unless the service is idle. Shared with the store,
@@ -706,28 +741,43 @@ impl CommitLog {
         }
         let me = std::thread::current();
         st.waiters.push((target, me.clone()));
+        self.group.publish_waiting(&st);
         if st.waiters.len() >= st.notify_at {
             self.group.request.notify_one();
         }
+        let grouped = st.waiters.len() > 1 || st.last_released > 1;
         drop(st);
-        let deadline = std::time::Instant::now() + self.sync_flush_timeout;
-        // Parked until the service unparks this thread (its target forced) or the deadline;
-        // the flushed offset decides, so a stray unpark only costs one more look.
+        let begin = Instant::now();
+        let deadline = begin + self.sync_flush_timeout;
+        let spin_until = begin
+            + if grouped {
+                PRODUCER_SPIN
+            } else {
+                Duration::ZERO
+            };
+        // Spins for a moment (see PRODUCER_SPIN), then parks until the service unparks this
+        // thread (its target forced) or the deadline; the flushed offset decides, so a stray
+        // unpark only costs one more look.
         let ok = loop {
             if self.queue.flushed_where() >= target {
                 break true;
             }
-            let now = std::time::Instant::now();
+            let now = Instant::now();
             if now >= deadline || self.group.stopped.load(Ordering::Acquire) {
                 break false;
             }
-            std::thread::park_timeout(deadline - now);
+            if now < spin_until {
+                std::thread::yield_now();
+            } else {
+                std::thread::park_timeout(deadline - now);
+            }
         };
         let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
-        if !ok || self.queue.flushed_where() < target {
-            // Timed out or stopped: the entry may still be listed.
-            st.waiters.retain(|(_, t)| t.id() != me.id());
-        }
+        // The entry is still listed if this wait timed out or stopped, or if it saw the force
+        // before the service took the lock again (a spinning producer often does): left
+        // there, the service would put a producer that is no longer waiting in the relay.
+        st.waiters.retain(|(_, t)| t.id() != me.id());
+        self.group.publish_waiting(&st);
         // Done waiting (perhaps before the relay reached this thread): no unpark is owed to
         // it any more, so none is spent on it while it waits for a later put.
         st.relay.retain(|t| t.id() != me.id());
@@ -768,6 +818,7 @@ impl CommitLog {
         for (_, t) in st.waiters.drain(..) {
             t.unpark();
         }
+        self.group.publish_waiting(&st);
         for t in st.relay.drain(..) {
             t.unpark();
         }
@@ -779,6 +830,7 @@ impl CommitLog {
         let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
         let start = Instant::now();
         let gather_until = start + st.last_force.min(MAX_GATHER);
+        let spin_until = start + st.last_force.min(GATHER_SPIN);
         let wanted = st.last_released.max(1);
         loop {
             let waiting = st.waiters.len();
@@ -786,6 +838,14 @@ impl CommitLog {
                 break;
             }
             let now = Instant::now();
+            if now < spin_until {
+                // The producers of the last force are on their way back: spin for them (see
+                // GATHER_SPIN) rather than sleep until the last one's notify wakes this thread.
+                drop(st);
+                self.group.spin_for_waiters(wanted, spin_until);
+                st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
             let until = if now < gather_until {
                 // Gathering: wake when `wanted` producers wait, or at the end of the window.
                 st.notify_at = wanted;
@@ -842,6 +902,7 @@ impl CommitLog {
             }
             !ready
         });
+        self.group.publish_waiting(&st);
         st.last_released = st.relay.len() - before_release;
         let done = Self::take_relay(&mut st);
         let forces = st.forces;
