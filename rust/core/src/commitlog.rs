@@ -319,7 +319,8 @@ const MAX_GATHER: Duration = Duration::from_millis(1);
 /// once: nobody hands anything on to it).
 const PRODUCER_SPIN: Duration = Duration::from_micros(50);
 /// How long, at most, the service spins while it gathers the producers of the last force
-/// (within the gather window, which is bounded by the last force's duration).
+/// (within the gather window, which is bounded by the last force's duration; not at all when
+/// the last force released nobody).
 const GATHER_SPIN: Duration = Duration::from_micros(300);
 
 /// The commit service's side of the transient store pool (`CommitRealTimeService`): puts ask
@@ -803,6 +804,11 @@ impl CommitLog {
             .forces
     }
 
+    /// Producers waiting for a force now.
+    pub fn group_commit_waiting(&self) -> usize {
+        self.group.waiting.load(Ordering::Acquire)
+    }
+
     /// From now on a service thread calls [`CommitLog::group_commit_step`].
     pub fn attach_group_commit(&self) {
         let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -830,7 +836,13 @@ impl CommitLog {
         let mut st = self.group.state.lock().unwrap_or_else(|p| p.into_inner());
         let start = Instant::now();
         let gather_until = start + st.last_force.min(MAX_GATHER);
-        let spin_until = start + st.last_force.min(GATHER_SPIN);
+        // Spins only for producers the last force released: none is coming back after a
+        // round that released nobody (an idle store, or puts that do not wait).
+        let spin_until = if st.last_released > 0 {
+            start + st.last_force.min(GATHER_SPIN)
+        } else {
+            start
+        };
         let wanted = st.last_released.max(1);
         loop {
             let waiting = st.waiters.len();

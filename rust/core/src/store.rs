@@ -685,6 +685,11 @@ impl MessageStore {
         self.with_open(|o| o.commitlog.group_commit_forces())
     }
 
+    /// Producers waiting for a group-commit force now.
+    pub fn group_commit_waiting(&self) -> Result<usize> {
+        self.with_open(|o| o.commitlog.group_commit_waiting())
+    }
+
     /// One round of the periodic commitlog flush (`FlushRealTimeService`); returns the flushed
     /// offset.
     pub fn flush_commitlog(&self, least_pages: i64) -> Result<i64> {

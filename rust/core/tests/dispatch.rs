@@ -262,6 +262,39 @@ fn a_sync_put_times_out_when_no_force_comes() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+#[test]
+fn a_producer_forced_before_the_service_looks_is_no_longer_listed() {
+    // A waiting producer that sees its bytes forced by someone else (here `flush()`, in a
+    // burst often a force it saw while spinning, before the service took the lock again)
+    // must leave the waiters: left listed, it would be counted as waiting and put in the
+    // wake-up relay although it no longer waits.
+    let d = dir("forced-early");
+    let cfg = StoreConfig {
+        flush_disk_type: FlushDiskType::SyncFlush,
+        // No service runs, so nothing unparks the producer: it looks again at its deadline,
+        // finds its bytes forced and returns PUT_OK.
+        sync_flush_timeout: 1000,
+        ..config()
+    };
+    let store = Arc::new(MessageStore::open(&d, cfg).unwrap());
+    store.attach_group_commit().unwrap();
+    let producer = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || store.put_message(&msg("E", "early", 0)).unwrap())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while store.group_commit_waiting().unwrap() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the put never waited");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    store.flush().unwrap();
+    let r = producer.join().unwrap();
+    assert_eq!(r.status, rmqstore_core::PutMessageStatus::PutOk);
+    assert_eq!(store.group_commit_waiting().unwrap(), 0);
+    store.close().unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// Every file under `root`, by path relative to it (index files by position: their names are
 /// creation times), with its bytes.
 fn files_under(root: &std::path::Path) -> Vec<(String, Vec<u8>)> {
