@@ -36,8 +36,8 @@ def test_group_commit(benchmark, open_store, scaled, tmp_path: Path) -> None:
     # measured back to back: the machine's speed drifts between runs and within one, and a
     # ratio of two phases seconds apart measures the drift as much as the store.
     rounds = scaled(5, 3)
-    n_single = scaled(400, 100)
-    threads, per_thread = 32, scaled(200, 40)
+    n_single = scaled(400, 200)
+    threads, per_thread = 32, scaled(200, 100)
     latencies: list[float] = []
     lock = threading.Lock()
     # The producer threads exist for the whole run and wait at a gate between rounds: the
