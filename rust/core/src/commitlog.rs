@@ -307,9 +307,10 @@ const RELAY_FANOUT: usize = 2;
 /// The longest a group-commit round waits for producers released by the last force.
 const MAX_GATHER: Duration = Duration::from_millis(1);
 /// Short waits spin before they sleep. Waking a sleeping thread on an idle CPU is slow where
-/// CPUs are virtual (a halted vCPU must be woken by its host: 30-50 us measured on the
-/// benchmark machines, 1-2 us on the same CPU), and a burst of 32 producers hands the GIL and
-/// the group from thread to thread, so every sleeping hand-off was paid in series. A waiter
+/// CPUs are virtual (a halted vCPU must be woken by its host: 20-50 us measured on the
+/// benchmark machine with `--example wake_latency`, 1-2 us on the same CPU), and a burst of
+/// 32 producers hands the GIL and the group from thread to thread, so every sleeping
+/// hand-off was paid in series. A waiter
 /// that spins for a little while, giving the CPU away at each turn (`sched_yield`), keeps its
 /// CPU awake for the next hand-off and sees its own event without a wake-up; past the window
 /// it sleeps as before, so a slow disk or an idle store costs no CPU. The figures are in
