@@ -75,6 +75,28 @@ def test_state_runs_forward(open_small) -> None:
     assert [s.value for s in StoreState] == sorted(s.value for s in StoreState)
 
 
+def test_consume_queue_thorough_rounds_move_the_logics_timestamp(open_small, tmp_path):
+    # FlushConsumeQueueService: rounds that need 2 pages leave the logics timestamp alone;
+    # a thorough round (every 1.5 s here, 60 s by default) forces the queues and records the
+    # time of what was dispatched before it (RocketMQ's FlushConsumeQueueService).
+    stamps = {}
+    for name, thorough in (("thorough", 1500), ("default", 60_000)):
+        store = open_small(
+            tmp_path / name,
+            flush_interval_consume_queue=20,
+            flush_consume_queue_thorough_interval=thorough,
+        )
+        r = store.put_message(Message("T", b"m"))
+        stamps[name] = store.look_message_by_offset(r.wrote_offset).store_timestamp
+        assert store.wait_dispatched()
+    deadline = time.monotonic() + 6
+    while _checkpoint(tmp_path / "thorough")[1] != stamps["thorough"]:
+        assert time.monotonic() < deadline, _checkpoint(tmp_path / "thorough")
+        time.sleep(0.05)
+    time.sleep(1.2)  # another checkpoint round for the other store
+    assert _checkpoint(tmp_path / "default")[1] == 0
+
+
 def test_checkpoint_is_written_every_second_while_open(open_small, store_path):
     # The flush services force any dirty page (least pages 0); the checkpoint service then
     # records their times, with the store still open.

@@ -150,3 +150,19 @@ def test_async_flush_waits_for_least_pages(open_small) -> None:
     # Less than 4 pages written: not forced until a thorough round (or flush()).
     assert store.get_flushed_where() < r.wrote_offset + r.wrote_bytes
     assert store.flush() >= r.wrote_offset + r.wrote_bytes
+
+
+def test_async_flush_forces_a_small_write_at_the_thorough_round(open_small) -> None:
+    # The same small write, with thorough rounds every 1.5 s instead of 60 s: least-pages
+    # rounds leave it, the first thorough round after it forces it.
+    store = open_small(
+        flush_disk_type="ASYNC_FLUSH",
+        flush_interval_commit_log=20,
+        flush_commit_log_least_pages=4,
+        flush_commit_log_thorough_interval=1500,
+    )
+    r = store.put_message(Message("A", b"small"))
+    end = r.wrote_offset + r.wrote_bytes
+    time.sleep(0.3)
+    assert store.get_flushed_where() < end
+    assert _wait(lambda: store.get_flushed_where() >= end, timeout=5.0)
