@@ -239,16 +239,23 @@ fn many_sync_producers_are_all_woken_through_the_relay() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-#[test]
-fn a_sync_put_times_out_when_no_force_comes() {
-    let d = dir("timeout");
+/// A SYNC_FLUSH store whose group commit is attached but has no service thread: nothing
+/// forces or unparks a waiting put, which returns at its `sync_flush_timeout` deadline.
+fn sync_store_without_service(name: &str, sync_flush_timeout: i64) -> (PathBuf, Arc<MessageStore>) {
+    let d = dir(name);
     let cfg = StoreConfig {
         flush_disk_type: FlushDiskType::SyncFlush,
-        sync_flush_timeout: 30,
+        sync_flush_timeout,
         ..config()
     };
-    let store = MessageStore::open(&d, cfg).unwrap();
-    store.attach_group_commit().unwrap(); // attached, but no service thread runs
+    let store = Arc::new(MessageStore::open(&d, cfg).unwrap());
+    store.attach_group_commit().unwrap();
+    (d, store)
+}
+
+#[test]
+fn a_sync_put_times_out_when_no_force_comes() {
+    let (d, store) = sync_store_without_service("timeout", 30);
     let t = std::time::Instant::now();
     let r = store.put_message(&msg("T", "late", 0)).unwrap();
     assert_eq!(r.status, rmqstore_core::PutMessageStatus::FlushDiskTimeout);
@@ -268,16 +275,9 @@ fn a_producer_forced_before_the_service_looks_is_no_longer_listed() {
     // burst often a force it saw while spinning, before the service took the lock again)
     // must leave the waiters: left listed, it would be counted as waiting and put in the
     // wake-up relay although it no longer waits.
-    let d = dir("forced-early");
-    let cfg = StoreConfig {
-        flush_disk_type: FlushDiskType::SyncFlush,
-        // No service runs, so nothing unparks the producer: it looks again at its deadline,
-        // finds its bytes forced and returns PUT_OK.
-        sync_flush_timeout: 1000,
-        ..config()
-    };
-    let store = Arc::new(MessageStore::open(&d, cfg).unwrap());
-    store.attach_group_commit().unwrap();
+    // Nothing unparks the producer: it looks again at its deadline, finds its bytes forced
+    // and returns PUT_OK.
+    let (d, store) = sync_store_without_service("forced-early", 1000);
     let producer = {
         let store = Arc::clone(&store);
         std::thread::spawn(move || store.put_message(&msg("E", "early", 0)).unwrap())
