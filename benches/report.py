@@ -166,6 +166,22 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
         "read_batch_own_props",
         "read_batch to pyarrow, 128 B bodies, every message with properties of its own",
     )
+    for size in (128, 1024):
+        cost = results.get(f"crc_check_cost_{size}")
+        if not cost:
+            continue
+        for name in ("read_batch", "get_message"):
+            ratio = float(cost[f"{name}_ratio"])
+            rows.append(
+                Row(
+                    f"{name} with body CRC checks vs without, {size} B bodies "
+                    f"({fmt_rate(float(cost[f'{name}_rate']), 'msg/s')} checked; median of "
+                    f"{len(cost[f'{name}_ratios'])} paired walks)",
+                    f"{ratio:.2f}x the time",
+                    "(reported)",
+                    None,
+                )
+            )
     qm = results.get("query_message")
     if qm:
         p50 = float(qm["p50_s"])

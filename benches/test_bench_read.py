@@ -202,3 +202,62 @@ def test_query_message_latency(benchmark, open_store, scaled) -> None:
         p50_s=latencies[len(latencies) // 2],
         p99_s=latencies[int(len(latencies) * 0.99)],
     )
+
+
+@pytest.mark.parametrize("size", [128, 1024])
+def test_crc_check_cost(benchmark, open_store, scaled, size: int) -> None:
+    """Issue 15: what checking every body CRC costs the read paths. The same queue is walked
+    by two handles of one store (the writer, which checks CRCs as by default, and a read-only
+    handle with ``check_crc_on_read=False``), alternating walk for walk; the figure is the
+    median of the paired ratios checked / unchecked (1.00 = free)."""
+    n = scaled(400_000, 100_000) if size == 128 else scaled(200_000, 50_000)
+    store = open_store(mapped_file_size_commit_log=scaled(1024, 256) * MiB)
+    body = os.urandom(size)
+    for _ in range(0, n, 1000):
+        assert store.put_messages("CrcTopic", 0, [body] * 1000, tags="TagA", keys=["a"]).ok
+    assert store.wait_dispatched(120)
+    store.flush()
+    unchecked = rmqstore.MessageStore(
+        store.store_path,
+        mapped_file_size_commit_log=store.config.mapped_file_size_commit_log,
+        read_only=True,
+        check_crc_on_read=False,
+    )
+
+    def walk_batch(s: rmqstore.MessageStore) -> float:
+        t0 = time.perf_counter()
+        offset = 0
+        while offset < n:
+            offset += s.read_batch("CrcTopic", 0, offset, 65536).num_rows
+        return time.perf_counter() - t0
+
+    def walk_get(s: rmqstore.MessageStore) -> float:
+        t0 = time.perf_counter()
+        offset = 0
+        while offset < n:
+            offset = s.get_message("bench", "CrcTopic", 0, offset, 32).next_begin_offset
+        return time.perf_counter() - t0
+
+    ratios: dict[str, list[float]] = {"read_batch": [], "get_message": []}
+    times: dict[str, list[float]] = {"read_batch": [], "get_message": []}
+
+    def rounds() -> None:
+        for name, walk in (("read_batch", walk_batch), ("get_message", walk_get)):
+            walk(store)  # warm both handles' pages and pools
+            walk(unchecked)
+            for _ in range(scaled(5, 3)):
+                on, off = walk(store), walk(unchecked)
+                ratios[name].append(on / off)
+                times[name].append(on)
+
+    try:
+        benchmark.pedantic(rounds, rounds=1, iterations=1)
+    finally:
+        unchecked.close()
+    info: dict[str, object] = {"metric": f"crc_check_cost_{size}", "messages": n, "size": size}
+    for name, rs in ratios.items():
+        rs.sort()
+        info[f"{name}_ratio"] = rs[len(rs) // 2]
+        info[f"{name}_ratios"] = rs
+        info[f"{name}_rate"] = n / sorted(times[name])[len(times[name]) // 2]
+    benchmark.extra_info.update(info)

@@ -28,6 +28,8 @@ def test_defaults_are_rocketmqs() -> None:
         "warm_mapped_file_enable": False,
         "flush_least_pages_when_warm_mapped_file": 4096,
         "check_crc_on_recover": True,
+        "check_crc_on_read": True,
+        "decompress_body_on_read": True,
         "store_host": "127.0.0.1:10911",
         "store_path_commit_log": None,
         "mapped_file_size_consume_queue": 6000000,

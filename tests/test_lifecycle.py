@@ -730,6 +730,14 @@ def test_no_crc_check_on_recover_keeps_a_flipped_body(open_store, store_path: Pa
     store = open_store(check_crc_on_recover=False)
     assert store.get_max_phy_offset() == results[-1].wrote_offset + results[-1].wrote_bytes
     assert store.recovery_report()["stop_reason"] is None
+    # Kept by recovery, but never served as valid data: reads check the CRC.
+    with pytest.raises(rmqstore.CorruptRecordError) as info:
+        store.look_message_by_offset(target.wrote_offset)
+    assert info.value.path == str(path)
+    assert info.value.offset == target.wrote_offset
+    store.close()
+    # With the read check off too, the flipped body is served as stored.
+    store = open_store(check_crc_on_recover=False, check_crc_on_read=False)
     body = store.look_message_by_offset(target.wrote_offset).body
     assert body != _body(len(results) - 3)
     assert body[100] == _body(len(results) - 3)[100] ^ 0xFF

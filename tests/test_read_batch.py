@@ -143,3 +143,18 @@ def test_a_bulk_read_lets_other_python_threads_run(open_store) -> None:
     )
     assert rows == 1_000_000
     assert ran > 0, "another Python thread never ran while read_batch worked"
+
+
+def test_counts_and_offsets_at_the_ends_of_the_integer_ranges(store) -> None:
+    """Issue 15 item 9: ``read_batch(topic, q, 0, 2**63)`` panicked in the core (a count
+    turned negative); any count or offset is either read (clamped to the queue) or refused
+    with a typed error, never a panic."""
+    assert store.put_messages("Ends", 0, [b"a", b"b", b"c"]).ok
+    assert store.wait_dispatched()
+    for count in (2**31, 2**32 + 1, 2**63 - 1, 2**63, 2**64 - 1):
+        assert store.read_batch("Ends", 0, 0, count).num_rows == 3
+        assert store.read_batch("Ends", 0, 2, count).num_rows == 1
+        assert store.read_batch("Ends", 0, -(2**63), count).num_rows == 3
+        assert store.read_batch("Ends", 0, 2**63 - 1, count).num_rows == 0
+        assert store.read_batch("Nope", 0, 2**63 - 1, count).num_rows == 0
+    assert store.read_batch("Ends", 0, 0, 0).num_rows == 0

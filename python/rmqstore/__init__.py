@@ -10,6 +10,7 @@ from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult, 
 from .config import StoreConfig
 from .enums import FlushDiskType, GetMessageStatus, PutMessageStatus, StoreState
 from .errors import (
+    CorruptRecordError,
     InvalidArgumentError,
     RmqStoreError,
     StoreClosedError,
@@ -23,6 +24,7 @@ from .errors import (
 from .store import MessageStore
 
 __all__ = [
+    "CorruptRecordError",
     "FlushDiskType",
     "GetMessageResult",
     "GetMessageStatus",

@@ -86,6 +86,15 @@ class StoreConfig:
     flush_least_pages_when_warm_mapped_file: int = 1024 // 4 * 16
     #: ``checkCRCOnRecover``: verify body CRCs when recovering at open.
     check_crc_on_recover: bool = True
+    #: Verify each record's body CRC whenever a message is read (``get_message``,
+    #: ``look_message_by_offset``, ``query_message``, ``read_batch``, Spark): a mismatch raises
+    #: :class:`~rmqstore.errors.CorruptRecordError` naming the segment and offset. rmqstore's
+    #: own setting (RocketMQ checks CRCs only at recovery); off serves damaged bodies as stored.
+    check_crc_on_read: bool = True
+    #: Give compressed bodies (the COMPRESSED sysflag that RocketMQ's producers set for bodies
+    #: over 4 KiB; ZLIB, LZ4 or ZSTD) back decompressed, as RocketMQ's consumers receive them;
+    #: off, ``body`` is the stored bytes. ``MessageExt.stored_body`` always has the stored bytes.
+    decompress_body_on_read: bool = True
     #: The broker address written as STOREHOST into every record and used in message ids.
     store_host: str = "127.0.0.1:10911"
     #: ``storePathCommitLog``: commitlog folder; ``None`` means ``<store>/commitlog``.
@@ -179,6 +188,8 @@ class StoreConfig:
             _I32_MAX,
         )
         _check_bool("check_crc_on_recover", self.check_crc_on_recover)
+        _check_bool("check_crc_on_read", self.check_crc_on_read)
+        _check_bool("decompress_body_on_read", self.decompress_body_on_read)
         _check_bool("transient_store_pool_enable", self.transient_store_pool_enable)
         _check_bool("wake_commit_when_put_message", self.wake_commit_when_put_message)
         _check_int("transient_store_pool_size", self.transient_store_pool_size, 1, 1024)

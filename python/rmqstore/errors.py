@@ -8,6 +8,7 @@ answer it with a :class:`rmqstore.PutMessageStatus`, as RocketMQ does.
 from __future__ import annotations
 
 __all__ = [
+    "CorruptRecordError",
     "InvalidArgumentError",
     "RmqStoreError",
     "StoreClosedError",
@@ -44,6 +45,19 @@ class StoreCorruptedError(RmqStoreError, ValueError):
     """
 
     path: str
+
+
+class CorruptRecordError(StoreCorruptedError):
+    """A message record read from a commitlog segment is damaged: its body CRC does not match
+    (reads check it unless ``check_crc_on_read=False``), it is not the message a consume queue
+    or index entry points at, or its compressed body cannot be decompressed.
+
+    ``path`` names the segment file and ``offset`` the record's commitlog offset; the message
+    also names the queue and queue offset where the read came through a queue. Nothing was
+    changed.
+    """
+
+    offset: int
 
 
 class StoreConfigError(RmqStoreError, ValueError):

@@ -328,6 +328,7 @@ class MessageStore:
         max_msgs: int,
         *,
         include_properties: bool = True,
+        decompress: bool | None = None,
     ) -> pa.RecordBatch:
         """Up to ``max_msgs`` messages of a queue from ``offset`` as a ``pyarrow.RecordBatch``
         (topic, queue_id, queue_offset, commit_log_offset, store_timestamp, born_timestamp,
@@ -335,6 +336,12 @@ class MessageStore:
 
         The read crosses consume queue segments; the next offset to read is the last row's
         ``queue_offset + 1`` (or ``offset`` when the batch is empty).
+
+        Each record's body CRC is checked (``check_crc_on_read``): a damaged record raises
+        :class:`~rmqstore.errors.CorruptRecordError` naming its segment, commitlog offset and
+        queue offset, and no batch is returned. Compressed bodies come back decompressed;
+        ``decompress=False`` gives them as stored (``None``: the store's
+        ``decompress_body_on_read``).
 
         The columns' memory belongs to the batch until Python drops it; it then goes to a pool
         of this process (at most 64 MiB) that the next reads take their vectors from, so a read
@@ -345,7 +352,7 @@ class MessageStore:
         if max_msgs < 0:
             raise InvalidArgumentError(f"max_msgs must be >= 0, got {max_msgs}")
         rows, _next, buffers = self._core.read_batch_buffers(
-            topic, queue_id, offset, max_msgs, include_properties
+            topic, queue_id, offset, max_msgs, include_properties, decompress
         )
         return batch_from_buffers(rows, buffers, include_properties)
 

@@ -55,7 +55,7 @@ fn main() {
         let mut offset = 0i64;
         while offset < n as i64 {
             let cols = store
-                .read_batch("ReadTopic", 0, offset, 65536, true)
+                .read_batch("ReadTopic", 0, offset, 65536, true, None)
                 .expect("read");
             offset = cols.next_offset;
         }

@@ -13,9 +13,10 @@ use crate::error::{Result, StoreError};
 use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
 use crate::message::{
-    check_envelope, check_record, render_properties, sysflag, tags_code, view_record, write_blank,
-    DecodedRecord, DispatchProps, HostAddr, Message, MessageExt, MessageLimits, PreparedBody,
-    PutMessageStatus, RecordCheck, RecordEnvelope, RecordTemplate, END_FILE_MIN_BLANK_LENGTH,
+    body_crc_matches, check_envelope, check_record, render_properties, sysflag, tags_code,
+    view_record, write_blank, DecodedRecord, DispatchProps, HostAddr, Message, MessageExt,
+    MessageLimits, PreparedBody, PutMessageStatus, RecordCheck, RecordEnvelope, RecordTemplate,
+    END_FILE_MIN_BLANK_LENGTH,
 };
 use crate::transient_pool::TransientStorePool;
 use crate::util::now_millis;
@@ -415,6 +416,10 @@ pub struct CommitLog {
     commits: Arc<CommitRequests>,
     wake_commit_on_put: bool,
     read_only: bool,
+    /// `check_crc_on_read`: reads verify body CRCs.
+    check_crc_on_read: bool,
+    /// `decompress_body_on_read`: reads give compressed bodies back decompressed.
+    decompress_on_read: bool,
 }
 
 impl CommitLog {
@@ -461,6 +466,8 @@ impl CommitLog {
             commits: Arc::new(CommitRequests::default()),
             wake_commit_on_put: config.wake_commit_when_put_message,
             read_only,
+            check_crc_on_read: config.check_crc_on_read,
+            decompress_on_read: config.decompress_body_on_read,
         })
     }
 
@@ -1105,13 +1112,13 @@ impl CommitLog {
         &self.signal
     }
 
-    /// Calls `f` with the record starting at `offset` (decoded, and the bytes from its start to
-    /// the end of the readable region): `Ok(None)` when the offset is outside the commitlog, an
-    /// error when it is inside but not the start of a message.
+    /// Calls `f` with the segment and the record starting at `offset` (decoded, and the bytes
+    /// from its start to the end of the readable region): `Ok(None)` when the offset is outside
+    /// the commitlog, an error when it is inside but not the start of a message.
     pub fn with_record<T>(
         &self,
         offset: i64,
-        f: impl FnOnce(&DecodedRecord<'_>, &[u8]) -> T,
+        f: impl FnOnce(&MappedFile, &DecodedRecord<'_>, &[u8]) -> T,
     ) -> Result<Option<T>> {
         if offset < 0 || offset >= self.max_offset() {
             return Ok(None);
@@ -1124,7 +1131,7 @@ impl CommitLog {
             return Ok(None);
         };
         match check_record_at(data, offset, false) {
-            RecordCheck::Message(d) => Ok(Some(f(&d, data))),
+            RecordCheck::Message(d) => Ok(Some(f(&file, &d, data))),
             RecordCheck::Blank { .. } => Err(StoreError::InvalidArgument(format!(
                 "offset {offset} is the end-of-file blank record of segment {}, not a message",
                 file.path().display()
@@ -1133,6 +1140,52 @@ impl CommitLog {
                 "offset {offset} is not the start of a message ({reason})"
             ))),
         }
+    }
+
+    /// Whether reads check body CRCs (`check_crc_on_read`).
+    pub fn checks_crc_on_read(&self) -> bool {
+        self.check_crc_on_read
+    }
+
+    /// Whether reads decompress compressed bodies (`decompress_body_on_read`).
+    pub fn decompresses_on_read(&self) -> bool {
+        self.decompress_on_read
+    }
+
+    /// The message of a record decoded from `file`, as reads give it: its body CRC checked
+    /// (with `check_crc_on_read`) and its body decompressed (with `decompress_body_on_read`);
+    /// a mismatch or an undecompressible body is a [`StoreError::CorruptRecord`].
+    pub fn read_message(
+        &self,
+        file: &MappedFile,
+        d: &DecodedRecord<'_>,
+        data: &[u8],
+    ) -> Result<MessageExt> {
+        if self.check_crc_on_read && !body_crc_matches(d.body, d.body_crc) {
+            return Err(StoreError::corrupt_record(
+                file.path(),
+                d.physical_offset,
+                format!(
+                    "its body CRC is {:#010x} but its {}-byte body has {:#010x}",
+                    d.body_crc,
+                    d.body.len(),
+                    crate::util::masked_crc32(d.body)
+                ),
+            ));
+        }
+        let mut m = MessageExt::from_record(d, data);
+        if self.decompress_on_read {
+            m.decompress()
+                .map_err(|e| StoreError::corrupt_record(file.path(), d.physical_offset, e.0))?;
+        }
+        Ok(m)
+    }
+
+    /// `lookMessageByOffset`: the message whose record starts at `offset` (checked and
+    /// decompressed as [`CommitLog::read_message`]); `None` outside the commitlog.
+    pub fn look_message(&self, offset: i64) -> Result<Option<MessageExt>> {
+        self.with_record(offset, |file, d, data| self.read_message(file, d, data))?
+            .transpose()
     }
 
     /// The segment recovery starts from (STORE_SPEC §5.4 step 2, §5.5 step 1): walking back
@@ -1307,13 +1360,39 @@ impl CommitLog {
         Some((file, limit))
     }
 
-    /// The record at `offset` of known `size` (from a consume queue unit), validated.
-    pub fn message_at(&self, offset: i64, size: i32) -> Option<MessageExt> {
-        let file = self.queue.find_by_offset(offset)?;
-        let data = file.read(offset - file.file_from_offset(), i64::from(size))?;
+    /// The message of the record a consume queue unit points at (`offset`, `size`), checked
+    /// and decompressed as [`CommitLog::read_message`]: `Ok(None)` when its segment is gone or
+    /// the bytes are not readable yet, a [`StoreError::CorruptRecord`] when they are there but
+    /// are not a whole message record starting at `offset`.
+    pub fn message_at(&self, offset: i64, size: i32) -> Result<Option<MessageExt>> {
+        let Some(file) = self.queue.find_by_offset(offset) else {
+            return Ok(None);
+        };
+        let Some(data) = file.read(offset - file.file_from_offset(), i64::from(size)) else {
+            return Ok(None);
+        };
         match check_record_at(data, offset, false) {
-            RecordCheck::Message(d) => Some(MessageExt::from_record(&d, data)),
-            _ => None,
+            RecordCheck::Message(d) if d.total_size == size => {
+                self.read_message(&file, &d, data).map(Some)
+            }
+            RecordCheck::Message(d) => Err(StoreError::corrupt_record(
+                file.path(),
+                offset,
+                format!(
+                    "a consume queue unit gives it {size} bytes but the record holds {}",
+                    d.total_size
+                ),
+            )),
+            RecordCheck::Blank { .. } => Err(StoreError::corrupt_record(
+                file.path(),
+                offset,
+                "a consume queue unit points at the end-of-file blank record",
+            )),
+            RecordCheck::Invalid { reason, .. } => Err(StoreError::corrupt_record(
+                file.path(),
+                offset,
+                format!("a consume queue unit points at it, but it is not a message ({reason})"),
+            )),
         }
     }
 

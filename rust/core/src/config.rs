@@ -45,6 +45,15 @@ pub struct StoreConfig {
     pub flush_least_pages_when_warm_mapped_file: i64,
     /// `checkCRCOnRecover`.
     pub check_crc_on_recover: bool,
+    /// Verify each record's body CRC whenever a message is read (`get_message`,
+    /// `look_message_by_offset`, `query_message`, `read_batch`); a mismatch is a
+    /// [`crate::StoreError::CorruptRecord`]. rmqstore's own setting (RocketMQ checks CRCs only
+    /// when recovering); on by default.
+    pub check_crc_on_read: bool,
+    /// Give back compressed bodies (COMPRESSED sysflag) decompressed, as RocketMQ's consumers
+    /// receive them; off, reads give the bytes as stored. rmqstore's own setting; on by
+    /// default.
+    pub decompress_body_on_read: bool,
     /// The broker address written as STOREHOST and used in message ids.
     pub store_host: HostAddr,
     /// `mappedFileSizeConsumeQueue` in bytes (300,000 units of 20 bytes); rounded up to a
@@ -102,6 +111,8 @@ impl Default for StoreConfig {
             warm_mapped_file_enable: false,
             flush_least_pages_when_warm_mapped_file: 1024 / 4 * 16,
             check_crc_on_recover: true,
+            check_crc_on_read: true,
+            decompress_body_on_read: true,
             store_host: HostAddr::V4 {
                 ip: [127, 0, 0, 1],
                 port: 10911,

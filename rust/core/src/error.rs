@@ -23,6 +23,16 @@ pub enum StoreError {
     Locked { path: PathBuf, holder: String },
     /// The folder holds files the store does not expect or cannot trust.
     Corrupted { path: PathBuf, reason: String },
+    /// A record read from a commitlog segment is damaged (its body CRC does not match, or it
+    /// is not the message a consume queue or index entry points at), or its body cannot be
+    /// given back (compressed with an unknown type, or not decompressible).
+    CorruptRecord {
+        /// The segment file.
+        path: PathBuf,
+        /// The record's commitlog offset.
+        offset: i64,
+        reason: String,
+    },
     /// A configuration value is out of range.
     Config { setting: String, reason: String },
     /// A call argument is not acceptable (e.g. an offset that is not a record boundary).
@@ -50,6 +60,14 @@ impl StoreError {
     pub fn corrupted(path: impl AsRef<Path>, reason: impl Into<String>) -> Self {
         StoreError::Corrupted {
             path: path.as_ref().to_path_buf(),
+            reason: reason.into(),
+        }
+    }
+
+    pub fn corrupt_record(path: impl AsRef<Path>, offset: i64, reason: impl Into<String>) -> Self {
+        StoreError::CorruptRecord {
+            path: path.as_ref().to_path_buf(),
+            offset,
             reason: reason.into(),
         }
     }
@@ -86,6 +104,15 @@ impl fmt::Display for StoreError {
             StoreError::Corrupted { path, reason } => {
                 write!(f, "{}: {reason}", path.display())
             }
+            StoreError::CorruptRecord {
+                path,
+                offset,
+                reason,
+            } => write!(
+                f,
+                "{}: the record at commitlog offset {offset} is damaged: {reason}",
+                path.display()
+            ),
             StoreError::Config { setting, reason } => write!(f, "{setting}: {reason}"),
             StoreError::InvalidArgument(msg) => f.write_str(msg),
             StoreError::Closed => f.write_str("the store is closed"),

@@ -299,7 +299,9 @@ fn days_in_month(year: u64, month: u64) -> u64 {
     match month {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,
-        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
+        2 if (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400) => {
+            29
+        }
         2 => 28,
         _ => 0,
     }
@@ -496,7 +498,7 @@ impl IndexFile {
                 "mapping length differs from the index file size",
             ));
         }
-        if map.as_ptr() as usize % std::mem::align_of::<AtomicU32>() != 0 {
+        if !(map.as_ptr() as usize).is_multiple_of(std::mem::align_of::<AtomicU32>()) {
             return Err(StoreError::corrupted(path, "mapping is not word-aligned"));
         }
         let file_name = path

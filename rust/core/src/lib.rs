@@ -7,6 +7,7 @@
 pub mod allocate;
 pub mod checkpoint;
 pub mod commitlog;
+pub mod compression;
 pub mod config;
 pub mod consume_queue;
 pub mod consume_queue_store;

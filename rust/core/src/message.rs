@@ -244,29 +244,72 @@ where
 }
 
 /// `string2messageProperties`: split on `\x02`, then on the first `\x01`; entries with an empty
-/// name or value are ignored, the last entry may lack its trailing `\x02`.
+/// name or value are ignored, the last entry may lack its trailing `\x02`. A name given more
+/// than once keeps only its last entry (a Java map's `put` replaces the value).
 pub fn parse_properties(s: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
+    let mut out: Vec<(&str, &str)> = Vec::new();
     for item in s.split(PROPERTY_SEPARATOR) {
         if let Some((k, v)) = item.split_once(NAME_VALUE_SEPARATOR) {
             if !k.is_empty() && !v.is_empty() {
-                out.push((k.to_owned(), v.to_owned()));
+                out.push((k, v));
             }
         }
     }
-    out
+    keep_last_of_each(&mut out, |p| p.0);
+    out.into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
 }
 
-/// Looks one property up in a raw properties string without building a map.
+/// Drops every item whose name comes again later in `items`, keeping the order of the rest:
+/// the last entry of a name wins, as in RocketMQ's properties map. A handful of names (the
+/// usual case) are compared pairwise, more go through a hash set.
+pub fn keep_last_of_each<T, N: Eq + std::hash::Hash>(items: &mut Vec<T>, name: impl Fn(&T) -> N) {
+    let n = items.len();
+    if n < 2 {
+        return;
+    }
+    if n <= 16 {
+        let repeated =
+            |i: usize, items: &[T]| items[i + 1..].iter().any(|p| name(p) == name(&items[i]));
+        if !(0..n - 1).any(|i| repeated(i, items)) {
+            return;
+        }
+        let mut i = 0;
+        while i < items.len() {
+            if repeated(i, items) {
+                items.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        return;
+    }
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    let mut keep = vec![false; n];
+    for i in (0..n).rev() {
+        keep[i] = seen.insert(name(&items[i]));
+    }
+    let mut i = 0;
+    items.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
+}
+
+/// Looks one property up in a raw properties string without building a map. A name stored
+/// more than once (RocketMQ 5.3's batch members hold `UNIQ_KEY` twice) answers with its last
+/// value, as RocketMQ's properties map does (later entries replace earlier ones).
 pub fn find_property<'a>(props: &'a str, name: &str) -> Option<&'a str> {
+    let mut found = None;
     for item in props.split(PROPERTY_SEPARATOR) {
         if let Some((k, v)) = item.split_once(NAME_VALUE_SEPARATOR) {
             if k == name && !v.is_empty() {
-                return Some(v);
+                found = Some(v);
             }
         }
     }
-    None
+    found
 }
 
 /// The offset message id: hex of store ip ‖ store port ‖ commitlog offset.
@@ -841,6 +884,8 @@ pub fn check_record(buf: &[u8], check_crc: bool) -> RecordCheck<'_> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordView<'a> {
     pub total_size: i32,
+    /// BODYCRC as stored (not checked by the view).
+    pub body_crc: i32,
     pub queue_id: i32,
     pub queue_offset: i64,
     pub physical_offset: i64,
@@ -918,6 +963,7 @@ pub fn view_record(rec: &[u8]) -> Option<RecordView<'_>> {
     }
     Some(RecordView {
         total_size: rec.len() as i32,
+        body_crc: be_i32(rec, 8),
         queue_id: be_i32(rec, 12),
         queue_offset: be_i64(rec, QUEUE_OFFSET_POSITION),
         physical_offset: be_i64(rec, PHYSICAL_OFFSET_POSITION),
@@ -928,6 +974,13 @@ pub fn view_record(rec: &[u8]) -> Option<RecordView<'_>> {
         topic: &rec[topic_at..topic_at + topic_len],
         properties: &rec[props_at..props_at + props_len],
     })
+}
+
+/// Whether a record's `body` matches its stored BODYCRC (an empty body is not checked, as
+/// RocketMQ's `checkMessageAndReturnSize` does not).
+#[inline]
+pub fn body_crc_matches(body: &[u8], stored_crc: i32) -> bool {
+    body.is_empty() || masked_crc32(body) == stored_crc
 }
 
 /// A stored message read back from the commitlog (RocketMQ's `MessageExt`): the raw record,
@@ -952,6 +1005,8 @@ pub struct MessageExt {
     body: (u32, u32),
     topic: (u32, u32),
     properties: (u32, u32),
+    /// The body decompressed, for a compressed record read with decompression.
+    decompressed: Option<Box<[u8]>>,
 }
 
 fn span(outer: &[u8], inner: &[u8]) -> (u32, u32) {
@@ -981,7 +1036,25 @@ impl MessageExt {
             topic: span(record, d.topic),
             properties: span(record, d.properties),
             raw,
+            decompressed: None,
         }
+    }
+
+    /// Decompresses a compressed body (see [`crate::compression`]): [`MessageExt::body`] then
+    /// gives the body the producer sent. Nothing changes for an uncompressed record.
+    pub fn decompress(&mut self) -> Result<(), crate::compression::DecompressError> {
+        if self.sys_flag & sysflag::COMPRESSED == 0 || self.decompressed.is_some() {
+            return Ok(());
+        }
+        let mut out = Vec::new();
+        crate::compression::decompress_into(self.sys_flag, self.stored_body(), &mut out)?;
+        self.decompressed = Some(out.into_boxed_slice());
+        Ok(())
+    }
+
+    /// Whether the body was given back decompressed.
+    pub fn is_decompressed(&self) -> bool {
+        self.decompressed.is_some()
     }
 
     fn slice(&self, (a, b): (u32, u32)) -> &[u8] {
@@ -993,7 +1066,18 @@ impl MessageExt {
         &self.raw
     }
 
+    /// The body: decompressed when [`MessageExt::decompress`] was called on a compressed
+    /// record, else as stored.
     pub fn body(&self) -> &[u8] {
+        match &self.decompressed {
+            Some(b) => b,
+            None => self.slice(self.body),
+        }
+    }
+
+    /// The body bytes as stored in the record (compressed for a compressed record); the
+    /// BODYCRC covers these.
+    pub fn stored_body(&self) -> &[u8] {
         self.slice(self.body)
     }
 
@@ -1410,6 +1494,28 @@ mod tests {
             Some("k1 k2")
         );
         assert_eq!(find_property("TAGS\u{1}A\u{2}", "KEYS"), None);
+        // A repeated name: the last value wins everywhere (RocketMQ's map), as 5.3.3 batch
+        // members carry UNIQ_KEY twice (their own id, then the batch's).
+        let twice = "UNIQ_KEY\u{1}first\u{2}TAGS\u{1}T\u{2}UNIQ_KEY\u{1}last\u{2}";
+        assert_eq!(find_property(twice, "UNIQ_KEY"), Some("last"));
+        assert_eq!(
+            parse_properties(twice),
+            vec![
+                ("TAGS".into(), "T".into()),
+                ("UNIQ_KEY".into(), "last".into())
+            ]
+        );
+        // Many names, repeated: the hash-set path keeps the same rule.
+        let many: String = (0..40)
+            .map(|i| format!("k{}\u{1}v{i}\u{2}", i % 25))
+            .collect();
+        let parsed = parse_properties(&many);
+        assert_eq!(parsed.len(), 25);
+        for (k, v) in &parsed {
+            let i: usize = k[1..].parse().unwrap();
+            let last = if i < 15 { i + 25 } else { i };
+            assert_eq!(v, &format!("v{last}"));
+        }
     }
 
     #[test]

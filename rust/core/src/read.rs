@@ -2,10 +2,15 @@
 //! (STORE_SPEC §8).
 
 use crate::commitlog::CommitLog;
+use crate::compression::{decompress_into, DecompressError};
 use crate::config::StoreConfig;
 use crate::consume_queue::ConsumeQueue;
 use crate::consume_queue::CQ_STORE_UNIT_SIZE;
-use crate::message::{for_each_property, view_record, MessageExt, RecordView};
+use crate::error::{Result, StoreError};
+use crate::message::{
+    body_crc_matches, for_each_property, keep_last_of_each, sysflag, view_record, MessageExt,
+    RecordView,
+};
 use crate::util::java_hash;
 use crate::vec_pool;
 
@@ -73,15 +78,17 @@ impl TagFilter {
         }
     }
 
-    /// Parses RocketMQ's tag expression (`FilterAPI.buildSubscriptionData`).
+    /// Parses RocketMQ's tag expression (`FilterAPI.buildSubscriptionData`). Tags are trimmed
+    /// as Java's `String.trim()` does (only code points up to U+0020), so a tag ending in a
+    /// no-break or ideographic space keeps it, as it was stored.
     pub fn parse(expr: &str) -> TagFilter {
-        let expr = expr.trim();
+        let expr = java_trim(expr);
         if expr.is_empty() || expr == "*" {
             return TagFilter::all();
         }
         let mut tags: Vec<String> = Vec::new();
         for t in expr.split("||") {
-            let t = t.trim();
+            let t = java_trim(t);
             if t == "*" {
                 return TagFilter::all();
             }
@@ -113,6 +120,12 @@ impl TagFilter {
     pub fn matches_tag(&self, tag: Option<&str>) -> bool {
         self.all || tag.is_some_and(|t| self.tags.iter().any(|x| x == t))
     }
+}
+
+/// Java's `String.trim()`: strips leading and trailing characters up to U+0020 (spaces and
+/// control characters), and nothing else (Rust's `trim` also strips Unicode white space).
+pub fn java_trim(s: &str) -> &str {
+    s.trim_matches(|c: char| c <= '\u{20}')
 }
 
 /// The pull batch limits (`isTheBatchFull`).
@@ -179,7 +192,8 @@ pub struct GetMessageResult {
     pub buffer_total_size: i64,
 }
 
-/// `DefaultMessageStore.getMessage` over one queue (`None`: no such queue, i.e. empty).
+/// `DefaultMessageStore.getMessage` over one queue (`None`: no such queue, i.e. empty). A
+/// damaged record among those read is a [`crate::StoreError::CorruptRecord`] naming it.
 pub fn get_message(
     commitlog: &CommitLog,
     cq: Option<&ConsumeQueue>,
@@ -187,7 +201,7 @@ pub fn get_message(
     max_msg_nums: i32,
     filter: &TagFilter,
     limits: &PullLimits,
-) -> GetMessageResult {
+) -> Result<GetMessageResult> {
     let (min, max) = cq.map_or((0, 0), |cq| (cq.min_offset(), cq.max_offset()));
     let mut r = GetMessageResult {
         status: GetMessageStatus::NoMatchedMessage,
@@ -202,22 +216,22 @@ pub fn get_message(
         _ => {
             r.status = GetMessageStatus::NoMessageInQueue;
             r.next_begin_offset = 0;
-            return r;
+            return Ok(r);
         }
     };
     if offset < min {
         r.status = GetMessageStatus::OffsetTooSmall;
         r.next_begin_offset = min;
-        return r;
+        return Ok(r);
     }
     if offset == max {
         r.status = GetMessageStatus::OffsetOverflowOne;
-        return r;
+        return Ok(r);
     }
     if offset > max {
         r.status = GetMessageStatus::OffsetOverflowBadly;
         r.next_begin_offset = max;
-        return r;
+        return Ok(r);
     }
     let max_msg_nums = max_msg_nums.max(1);
     let max_filter_bytes = limits
@@ -233,7 +247,7 @@ pub fn get_message(
     let Some(units) = cq.units_from(next, want) else {
         r.status = GetMessageStatus::OffsetFoundNull;
         r.next_begin_offset = cq.roll_next_file(next);
-        return r;
+        return Ok(r);
     };
     for u in units {
         if next >= max {
@@ -253,7 +267,7 @@ pub fn get_message(
         if !filter.matches_code(u.tags_code) {
             continue;
         }
-        let Some(m) = commitlog.message_at(u.phy_offset, u.size) else {
+        let Some(m) = commitlog.message_at(u.phy_offset, u.size)? else {
             if count == 0 {
                 r.status = GetMessageStatus::MessageWasRemoving;
             }
@@ -269,7 +283,7 @@ pub fn get_message(
         r.status = GetMessageStatus::Found;
     }
     r.next_begin_offset = next;
-    r
+    Ok(r)
 }
 
 /// Which side of an exact or missing timestamp `offset_by_time` answers.
@@ -475,7 +489,7 @@ impl BatchColumns {
     fn append_except_bodies(&mut self, other: &BatchColumns) {
         for r in 0..other.rows {
             let row = self.rows + r;
-            if row % 8 == 0 {
+            if row.is_multiple_of(8) {
                 self.tags_valid.push(0);
             }
             if other.tags_valid[r / 8] & (1 << (r % 8)) != 0 {
@@ -585,14 +599,24 @@ impl BatchColumns {
         }
     }
 
+    /// Appends the row of record `d`; with `decompress`, a compressed body is appended
+    /// decompressed. An undecompressible body leaves every column as it was.
     fn push(
         &mut self,
         d: &RecordView<'_>,
         queue_id: i32,
         phy_offset: i64,
-        include_properties: bool,
+        opts: ReadOptions,
         split: &mut PropsSplit,
-    ) {
+    ) -> Result<(), DecompressError> {
+        // The body first: it is the only part that can fail.
+        if opts.decompress && d.sys_flag & sysflag::COMPRESSED != 0 {
+            decompress_into(d.sys_flag, d.body, &mut self.body_data)?;
+            self.body_offsets.push(self.body_data.len() as i32);
+        } else {
+            push_str(&mut self.body_offsets, &mut self.body_data, d.body);
+        }
+        let include_properties = opts.include_properties;
         let row = self.rows;
         push_str(&mut self.topic_offsets, &mut self.topic_data, d.topic);
         self.queue_id.push(queue_id);
@@ -600,14 +624,14 @@ impl BatchColumns {
         self.commit_log_offset.push(phy_offset);
         self.store_timestamp.push(d.store_timestamp);
         self.born_timestamp.push(d.born_timestamp);
-        if row % 8 == 0 {
+        if row.is_multiple_of(8) {
             self.tags_valid.push(0);
         }
         let props = d.properties;
         let at = |(start, end): Span| &props[start as usize..end as usize];
         let (pk_offsets, pk_data) = (&mut self.props_key_offsets, &mut self.props_key_data);
         let (pv_offsets, pv_data) = (&mut self.props_value_offsets, &mut self.props_value_data);
-        let mut tags: Option<&[u8]> = None;
+        let tags: Option<&[u8]>;
         if split.reusable(props) {
             if include_properties {
                 for &(k, v) in &split.pairs {
@@ -625,35 +649,42 @@ impl BatchColumns {
                 let start = f.as_ptr() as usize - props.as_ptr() as usize;
                 (start as u32, (start + f.len()) as u32)
             };
-            let mut keys: Option<&[u8]> = None;
+            // The pairs are gathered as spans first (in the split, which holds them for the
+            // next record when `record`), so that a name stored twice keeps only its last value.
+            split.pairs.clear();
+            split.keys.clear();
+            let (mut tags_span, mut keys_span) = (None, None);
             let pairs = &mut split.pairs;
             for_each_property(props, |k, v| {
                 if k.is_empty() || v.is_empty() {
                     return;
                 }
                 match k {
-                    b"TAGS" => tags = Some(v),
-                    b"KEYS" => keys = Some(v),
+                    b"TAGS" => tags_span = Some(span(v)),
+                    b"KEYS" => keys_span = Some(span(v)),
                     _ => {}
                 }
-                if include_properties {
-                    push_str(pk_offsets, pk_data, k);
-                    push_str(pv_offsets, pv_data, v);
-                }
-                if record {
-                    pairs.push((span(k), span(v)));
-                }
+                pairs.push((span(k), span(v)));
             });
-            if let Some(k) = keys {
-                for key in k.split(|&b| b == b' ').filter(|k| !k.is_empty()) {
-                    push_str(&mut self.keys_offsets, &mut self.keys_data, key);
-                    if record {
-                        split.keys.push(span(key));
-                    }
+            keep_last_of_each(&mut split.pairs, |p| {
+                &props[p.0 .0 as usize..p.0 .1 as usize]
+            });
+            if include_properties {
+                for &(k, v) in &split.pairs {
+                    push_str(pk_offsets, pk_data, at(k));
+                    push_str(pv_offsets, pv_data, at(v));
                 }
             }
-            if record {
-                split.tags = tags.map(span);
+            tags = tags_span.map(at);
+            if let Some(k) = keys_span.map(at) {
+                for key in k.split(|&b| b == b' ').filter(|k| !k.is_empty()) {
+                    push_str(&mut self.keys_offsets, &mut self.keys_data, key);
+                    split.keys.push(span(key));
+                }
+            }
+            split.tags = tags_span;
+            if !record {
+                split.held = false;
             }
         }
         if include_properties {
@@ -671,8 +702,8 @@ impl BatchColumns {
         }
         let keys_count = self.keys_offsets.len() - 1;
         self.keys_list_offsets.push(keys_count as i32);
-        push_str(&mut self.body_offsets, &mut self.body_data, d.body);
         self.rows += 1;
+        Ok(())
     }
 }
 
@@ -747,21 +778,37 @@ pub const READ_BATCH_MAX_BYTES: usize = 512 * 1024 * 1024;
 /// Units from which a bulk read is split over two threads.
 pub const PARALLEL_READ_UNITS: usize = 16 * 1024;
 
+/// What a bulk read builds and checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Build the `properties` column (the other columns are always built).
+    pub include_properties: bool,
+    /// Verify each record's body CRC.
+    pub check_crc: bool,
+    /// Give compressed bodies back decompressed.
+    pub decompress: bool,
+}
+
 /// Bulk read of a queue from `offset`: up to `max_msgs` messages as Arrow column buffers,
-/// across consume queue segments. Units whose records are gone are skipped. A large read is
-/// built by two threads, each over half of the units, and joined.
+/// across consume queue segments. Units whose records are gone (their segment deleted) are
+/// skipped; a unit whose record is there but damaged (not the unit's message, or a body CRC
+/// mismatch with `check_crc`), or whose body cannot be decompressed, fails the read with a
+/// [`StoreError::CorruptRecord`] naming the segment, the offset and the queue offset. A large
+/// read is built by two threads, each over half of the units, and joined.
 pub fn read_batch(
     commitlog: &CommitLog,
     cq: &ConsumeQueue,
     offset: i64,
     max_msgs: usize,
-    include_properties: bool,
-) -> BatchColumns {
+    opts: ReadOptions,
+) -> Result<BatchColumns> {
     let max = cq.max_offset();
     let start = offset.max(cq.min_offset());
-    let n = (max - start).clamp(0, max_msgs as i64) as usize;
+    // Any count, however large, asks for at most the rest of the queue.
+    let max_msgs_i64 = i64::try_from(max_msgs).unwrap_or(i64::MAX);
+    let n = max.saturating_sub(start).clamp(0, max_msgs_i64) as usize;
     if n < PARALLEL_READ_UNITS {
-        return read_range(commitlog, cq, start, max, max_msgs, n, include_properties);
+        return read_range(commitlog, cq, start, max, max_msgs, n, opts);
     }
     let mid = start + (n / 2) as i64;
     let second_half = || {
@@ -772,14 +819,14 @@ pub fn read_batch(
             start + n as i64,
             n - n / 2,
             n - n / 2,
-            include_properties,
+            opts,
         )
     };
-    let (mut first, second) = std::thread::scope(|s| {
+    let (first, second) = std::thread::scope(|s| {
         let second = std::thread::Builder::new().spawn_scoped(s, second_half);
         // The first half's vectors have room for both, so the join never regrows them (a
         // regrown vector's new pages would be faulted in afresh).
-        let first = read_range(commitlog, cq, start, mid, n / 2, n, include_properties);
+        let first = read_range(commitlog, cq, start, mid, n / 2, n, opts);
         // No thread could be started: this one reads the second half too.
         let second = match second {
             Ok(j) => j.join().ok(),
@@ -787,14 +834,30 @@ pub fn read_batch(
         };
         (first, second)
     });
-    if let Some(second) = second {
-        // When the first half stopped early (size cap), the second would leave a gap.
-        if first.next_offset >= mid {
-            first.append(&second);
+    let mut first = match first {
+        Ok(first) => first,
+        Err(e) => {
+            if let Some(Ok(second)) = second {
+                second.recycle();
+            }
+            return Err(e);
         }
-        second.recycle();
+    };
+    match second {
+        Some(Ok(second)) => {
+            // When the first half stopped early (size cap), the second would leave a gap.
+            if first.next_offset >= mid {
+                first.append(&second);
+            }
+            second.recycle();
+        }
+        Some(Err(e)) => {
+            first.recycle();
+            return Err(e);
+        }
+        None => {}
     }
-    first
+    Ok(first)
 }
 
 /// Reads units `[start, limit)`, at most `max_rows` messages, into vectors with room for the
@@ -806,9 +869,11 @@ fn read_range(
     limit: i64,
     max_rows: usize,
     room: usize,
-    include_properties: bool,
-) -> BatchColumns {
-    let n = (limit - start).clamp(0, max_rows as i64) as usize;
+    opts: ReadOptions,
+) -> Result<BatchColumns> {
+    let n = limit
+        .saturating_sub(start)
+        .clamp(0, i64::try_from(max_rows).unwrap_or(i64::MAX)) as usize;
     let room = room.max(n);
     // Size the body column from the record sizes in the queue so it never regrows.
     let mut bytes = 0usize;
@@ -822,6 +887,7 @@ fn read_range(
     let mut next = start;
     let mut file: Option<std::sync::Arc<crate::mapped_file::MappedFile>> = None;
     let mut split = PropsSplit::default();
+    let mut failed: Option<StoreError> = None;
     cq.scan(start, limit, |u| {
         if cols.rows >= max_rows {
             return false;
@@ -843,27 +909,73 @@ fn read_range(
         let Some(data) = f.read(u.phy_offset - f.file_from_offset(), i64::from(u.size)) else {
             return true;
         };
-        if let Some(d) = view_record(data).filter(|d| d.physical_offset == u.phy_offset) {
-            cols.push(
-                &d,
-                cq.queue_id(),
+        let damaged = |reason: String| {
+            StoreError::corrupt_record(
+                f.path(),
                 u.phy_offset,
-                include_properties,
-                &mut split,
-            );
-            // The size cap: stop after this row.
-            return cols.body_data.len() <= READ_BATCH_MAX_BYTES / 2
-                && cols.props_value_data.len() <= READ_BATCH_MAX_BYTES / 2;
+                format!(
+                    "{reason} (queue {}/{} offset {})",
+                    cq.topic(),
+                    cq.queue_id(),
+                    u.queue_offset
+                ),
+            )
+        };
+        let Some(d) = view_record(data).filter(|d| d.physical_offset == u.phy_offset) else {
+            failed = Some(damaged(format!(
+                "the consume queue unit points at {} bytes that are not its message record",
+                u.size
+            )));
+            return false;
+        };
+        if opts.check_crc && !body_crc_matches(d.body, d.body_crc) {
+            failed = Some(damaged(format!(
+                "its body CRC is {:#010x} but its {}-byte body has {:#010x}",
+                d.body_crc,
+                d.body.len(),
+                crate::util::masked_crc32(d.body)
+            )));
+            return false;
         }
-        true
+        if let Err(e) = cols.push(&d, cq.queue_id(), u.phy_offset, opts, &mut split) {
+            failed = Some(damaged(e.0));
+            return false;
+        }
+        // The size cap: stop after this row.
+        cols.body_data.len() <= READ_BATCH_MAX_BYTES / 2
+            && cols.props_value_data.len() <= READ_BATCH_MAX_BYTES / 2
     });
+    if let Some(e) = failed {
+        cols.recycle();
+        return Err(e);
+    }
     cols.next_offset = next;
-    cols
+    Ok(cols)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tag_expressions_trim_as_java_does() {
+        // Java's String.trim() strips code points <= U+0020 only.
+        for tag in ["Paid\u{a0}", "Paid\u{2028}", "\u{3000}Paid", "Paid\u{85}"] {
+            let f = TagFilter::parse(&format!(" {tag} || Other\t"));
+            assert!(f.matches_tag(Some(tag)), "{tag:?} must stay subscribable");
+            assert!(f.matches_code(i64::from(java_hash(tag))));
+            assert!(f.matches_tag(Some("Other")));
+            assert!(!f.matches_tag(Some("Paid")));
+        }
+        let f = TagFilter::parse("\u{1}\u{1f}TagA\u{0} ||\n TagB ");
+        assert!(f.matches_tag(Some("TagA")) && f.matches_tag(Some("TagB")));
+        assert!(TagFilter::parse(" \t\r\n ").is_all());
+        assert!(
+            !TagFilter::parse("\u{a0}").is_all(),
+            "a no-break space is a tag in Java"
+        );
+        assert_eq!(java_trim("\u{3000} x \u{20}"), "\u{3000} x");
+    }
 
     #[test]
     fn short_strings_are_copied_exactly_at_every_length_and_room() {

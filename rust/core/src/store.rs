@@ -479,7 +479,7 @@ impl MessageStore {
 
     /// The message whose record starts at `offset`; `None` outside the commitlog.
     pub fn look_message_by_offset(&self, offset: i64) -> Result<Option<MessageExt>> {
-        self.with_open(|o| o.commitlog.with_record(offset, MessageExt::from_record))?
+        self.with_open(|o| o.commitlog.look_message(offset))?
     }
 
     /// `getMinPhyOffset`: start of the first segment, -1 when the commitlog is empty.
@@ -795,14 +795,14 @@ impl MessageStore {
         filter: &TagFilter,
     ) -> Result<GetMessageResult> {
         self.with_open(|o| {
-            Ok(crate::read::get_message(
+            crate::read::get_message(
                 &o.commitlog,
                 self.readable_queue(o, topic, queue_id)?.as_deref(),
                 offset,
                 max_msg_nums,
                 filter,
                 &crate::read::PullLimits::from_config(&self.config, total_physical_memory()),
-            ))
+            )
         })?
     }
 
@@ -892,7 +892,9 @@ impl MessageStore {
         })
     }
 
-    /// Bulk read of a queue as Arrow column buffers (see [`crate::read::read_batch`]).
+    /// Bulk read of a queue as Arrow column buffers (see [`crate::read::read_batch`]), with
+    /// the store's read checks (`check_crc_on_read`); compressed bodies are decompressed when
+    /// `decompress` is given as true, or, when `None`, as `decompress_body_on_read` says.
     pub fn read_batch(
         &self,
         topic: &str,
@@ -900,17 +902,21 @@ impl MessageStore {
         offset: i64,
         max_msgs: usize,
         include_properties: bool,
+        decompress: Option<bool>,
     ) -> Result<crate::read::BatchColumns> {
         self.with_open(|o| {
-            Ok(match self.readable_queue(o, topic, queue_id)? {
-                Some(cq) => {
-                    crate::read::read_batch(&o.commitlog, &cq, offset, max_msgs, include_properties)
-                }
-                None => crate::read::BatchColumns {
+            let opts = crate::read::ReadOptions {
+                include_properties,
+                check_crc: o.commitlog.checks_crc_on_read(),
+                decompress: decompress.unwrap_or_else(|| o.commitlog.decompresses_on_read()),
+            };
+            match self.readable_queue(o, topic, queue_id)? {
+                Some(cq) => crate::read::read_batch(&o.commitlog, &cq, offset, max_msgs, opts),
+                None => Ok(crate::read::BatchColumns {
                     next_offset: offset.max(0),
                     ..crate::read::BatchColumns::empty()
-                },
-            })
+                }),
+            }
         })?
     }
 
@@ -1005,19 +1011,23 @@ impl MessageStore {
                     if !seen.insert(off) {
                         continue;
                     }
-                    let Ok(Some(m)) = o.commitlog.with_record(off, MessageExt::from_record) else {
-                        continue;
-                    };
-                    let key_matches = if by_tag {
-                        m.property(property::TAGS) == Some(key)
-                    } else {
-                        m.keys().contains(&key) || m.property(property::UNIQ_KEY) == Some(key)
-                    };
-                    let matches = m.topic() == topic
-                        && key_matches
-                        && (begin..=end).contains(&m.store_timestamp);
-                    if matches {
-                        found.push(m);
+                    // Candidates are matched on the record as stored, then the matching one
+                    // is read as every read is (CRC checked, body decompressed): a damaged
+                    // record this query returns is an error, one it skips is not its concern.
+                    let candidate = o.commitlog.with_record(off, |file, d, data| {
+                        let m = MessageExt::from_record(d, data);
+                        let key_matches = if by_tag {
+                            m.property(property::TAGS) == Some(key)
+                        } else {
+                            m.keys().contains(&key) || m.property(property::UNIQ_KEY) == Some(key)
+                        };
+                        let matches = m.topic() == topic
+                            && key_matches
+                            && (begin..=end).contains(&m.store_timestamp);
+                        matches.then(|| o.commitlog.read_message(file, d, data))
+                    });
+                    if let Ok(Some(Some(m))) = candidate {
+                        found.push(m?);
                     }
                 }
                 if found.len() >= max_num || q.phy_offsets.len() < want {

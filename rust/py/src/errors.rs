@@ -34,6 +34,12 @@ fn build(py: Python<'_>, err: &StoreError) -> PyResult<PyErr> {
             e.setattr("path", path.to_string_lossy().into_owned())?;
             e
         }
+        StoreError::CorruptRecord { path, offset, .. } => {
+            let e = class(py, "CorruptRecordError")?.call1((msg,))?;
+            e.setattr("path", path.to_string_lossy().into_owned())?;
+            e.setattr("offset", *offset)?;
+            e
+        }
         StoreError::Config { setting, .. } => {
             let e = class(py, "StoreConfigError")?.call1((msg,))?;
             e.setattr("setting", setting.as_str())?;

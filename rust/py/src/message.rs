@@ -232,9 +232,25 @@ impl MessageExt {
     fn topic(&self) -> String {
         self.inner.topic().into_owned()
     }
+    /// The body the producer sent: decompressed when the record is compressed (and the store
+    /// reads with `decompress_body_on_read`).
     #[getter]
     fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, self.inner.body())
+    }
+    /// The body bytes as stored in the record (compressed for a compressed record).
+    #[getter]
+    fn stored_body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.stored_body())
+    }
+    /// RocketMQ's name of the body's compression ("ZLIB", "LZ4", "ZSTD"), None when the body
+    /// is stored uncompressed.
+    #[getter]
+    fn compression(&self) -> Option<String> {
+        match rmqstore_core::compression::Compression::of_sys_flag(self.inner.sys_flag)? {
+            Ok(c) => Some(c.name().to_owned()),
+            Err(value) => Some(format!("UNKNOWN({value})")),
+        }
     }
     #[getter]
     fn queue_id(&self) -> i32 {

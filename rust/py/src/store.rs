@@ -43,6 +43,8 @@ fn config_from_dict(cfg: &Bound<'_, PyDict>) -> PyResult<StoreConfig> {
         warm_mapped_file_enable,
         flush_least_pages_when_warm_mapped_file,
         check_crc_on_recover,
+        check_crc_on_read,
+        decompress_body_on_read,
         mapped_file_size_consume_queue,
         message_index_enable,
         index_tags,
@@ -510,7 +512,8 @@ impl Store {
 
     /// Bulk read of a queue as Arrow column buffers: `(rows, next_offset, {name: bytes})`;
     /// `rmqstore._arrow` assembles the pyarrow RecordBatch.
-    #[pyo3(signature = (topic, queue_id, offset, max_msgs, include_properties=true))]
+    #[pyo3(signature = (topic, queue_id, offset, max_msgs, include_properties=true, decompress=None))]
+    #[allow(clippy::too_many_arguments)]
     fn read_batch_buffers<'py>(
         &self,
         py: Python<'py>,
@@ -519,9 +522,17 @@ impl Store {
         offset: i64,
         max_msgs: usize,
         include_properties: bool,
+        decompress: Option<bool>,
     ) -> PyResult<(usize, i64, Bound<'py, PyDict>)> {
         let cols = self.run(py, |s| {
-            s.read_batch(topic, queue_id, offset, max_msgs, include_properties)
+            s.read_batch(
+                topic,
+                queue_id,
+                offset,
+                max_msgs,
+                include_properties,
+                decompress,
+            )
         })?;
         let (rows, next) = (cols.rows, cols.next_offset);
         let d = PyDict::new(py);
