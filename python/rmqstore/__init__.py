@@ -10,6 +10,8 @@ from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult, 
 from .config import StoreConfig
 from .enums import FlushDiskType, GetMessageStatus, PutMessageStatus, StoreState
 from .errors import (
+    ArgumentOverflowError,
+    ArgumentTypeError,
     CorruptRecordError,
     InvalidArgumentError,
     RmqStoreError,
@@ -19,11 +21,14 @@ from .errors import (
     StoreIOError,
     StoreLockedError,
     StoreReadOnlyError,
+    StoreResourceError,
     UnknownSettingError,
 )
 from .store import MessageStore
 
 __all__ = [
+    "ArgumentOverflowError",
+    "ArgumentTypeError",
     "CorruptRecordError",
     "FlushDiskType",
     "GetMessageResult",
@@ -42,6 +47,7 @@ __all__ = [
     "StoreIOError",
     "StoreLockedError",
     "StoreReadOnlyError",
+    "StoreResourceError",
     "StoreState",
     "UnknownSettingError",
     "__version__",

@@ -8,6 +8,8 @@ answer it with a :class:`rmqstore.PutMessageStatus`, as RocketMQ does.
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentOverflowError",
+    "ArgumentTypeError",
     "CorruptRecordError",
     "InvalidArgumentError",
     "RmqStoreError",
@@ -17,6 +19,7 @@ __all__ = [
     "StoreIOError",
     "StoreLockedError",
     "StoreReadOnlyError",
+    "StoreResourceError",
     "UnknownSettingError",
 ]
 
@@ -77,8 +80,25 @@ class InvalidArgumentError(RmqStoreError, ValueError):
     """A call argument is not acceptable (for example an offset that is not a record start)."""
 
 
+class ArgumentOverflowError(InvalidArgumentError, OverflowError):
+    """An integer argument is outside the range the call takes (an ``OverflowError`` too); the
+    message names the argument."""
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument has a type the call does not take (a ``TypeError`` too); the message names
+    the argument."""
+
+
 class StoreClosedError(RmqStoreError, ValueError):
-    """The store has been closed."""
+    """The store has been closed, or this process forked from the one that opened it (a forked
+    child never uses its parent's store)."""
+
+
+class StoreResourceError(RmqStoreError, RuntimeError):
+    """The process ran out of something the store needs (a thread that cannot start, memory).
+    Raised by an open that failed for it; everything the store held was released, the folder
+    included."""
 
 
 class StoreReadOnlyError(RmqStoreError, PermissionError):

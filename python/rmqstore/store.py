@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import threading
 import time
@@ -26,13 +27,21 @@ from ._services import (
 )
 from .config import StoreConfig
 from .enums import FlushDiskType, StoreState
-from .errors import InvalidArgumentError, StoreReadOnlyError
+from .errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    StoreClosedError,
+    StoreReadOnlyError,
+    StoreResourceError,
+)
 from .offsets import ConsumerOffsetManager
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["MessageStore"]
+
+log = logging.getLogger("rmqstore.store")
 
 _OPEN_STORES: weakref.WeakSet[MessageStore] = weakref.WeakSet()
 
@@ -43,7 +52,32 @@ def _close_open_stores() -> None:
         store.close()
 
 
+def _forget_stores_after_fork() -> None:
+    """In a forked child: the parent's open stores are the parent's. Their service threads do
+    not exist here, their locks may be held forever by threads that do not exist here, and their
+    files are the parent's to write; the child leaves them alone (every call raises
+    :class:`~rmqstore.errors.StoreClosedError`, closing does nothing)."""
+    for store in list(_OPEN_STORES):
+        store._forked_copy()
+    _OPEN_STORES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_stores_after_fork)
+
+
 BodyLike = bytes | bytearray | memoryview
+
+
+def _resource_error(exc: BaseException, doing: str) -> BaseException:
+    """The exception to raise for a failed open: a resource the process ran out of (a thread
+    that cannot start, memory) becomes :class:`StoreResourceError`; anything else (already
+    typed, or an interrupt) is raised as it is."""
+    if isinstance(exc, MemoryError) or (type(exc) is RuntimeError and "thread" in str(exc)):
+        return StoreResourceError(
+            f"{doing} failed: {exc} (the process is out of threads or memory; everything the "
+            "store held was released)"
+        )
+    return exc
 
 
 class MessageStore:
@@ -68,6 +102,12 @@ class MessageStore:
     are not opened yet). The segment sizes must be the writer's. If the writer cuts its log
     (``truncate_files``, or recovery after a crash) while a read-only store is open, open the
     read-only store again: it keeps what it had seen.
+
+    A store is not shared across ``fork()``: in a forked child every call on a store the parent
+    opened raises :class:`~rmqstore.errors.StoreClosedError` and closing it does nothing (its
+    locks, threads and files are the parent's). A child opens stores of its own (a folder the
+    parent does not hold open); ``multiprocessing`` workers started with ``fork`` should open
+    their stores after they start (``read_only=True`` beside a writing parent).
     """
 
     def __init__(
@@ -78,29 +118,67 @@ class MessageStore:
         read_only: bool = False,
         **overrides: Any,
     ) -> None:
+        # Set first: close() and __del__ must work on a store whose open failed half-way.
+        self._services: list[ServiceThread] = []
+        self._offsets: ConsumerOffsetManager | None = None
+        self._close_lock = threading.Lock()
+        self._forked = False
+        if not isinstance(store_path, (str, os.PathLike)):
+            raise ArgumentTypeError(
+                f"store_path must be a str or os.PathLike, not {type(store_path).__name__}"
+            )
+        path = os.fspath(store_path)
+        if not isinstance(path, str):
+            raise ArgumentTypeError("store_path must be a text path, not bytes")
+        if path == "":
+            raise InvalidArgumentError(
+                'store_path is empty: give the store\'s folder ("" would put the store in the '
+                "current directory)"
+            )
+        if not isinstance(read_only, bool):
+            raise ArgumentTypeError(f"read_only must be a bool, not {type(read_only).__name__}")
         cfg = config if config is not None else StoreConfig()
+        if not isinstance(cfg, StoreConfig):
+            raise ArgumentTypeError(f"config must be a StoreConfig, not {type(cfg).__name__}")
         if overrides:
             cfg = cfg.replace(**overrides)
         self._config = cfg
-        self._path = Path(store_path)
-        self._close_lock = threading.Lock()
-        self._core = _rmqstore.Store(os.fspath(self._path), cfg.to_dict(), read_only)
-        self._services: list[ServiceThread] = []
-        self._offsets: ConsumerOffsetManager | None = None
+        self._path = Path(path)
+        # The consumer offsets are loaded while the core checks the store's files, before it
+        # changes any: a bad config/ file refuses the open with everything as it was.
+        loaded: list[ConsumerOffsetManager] = []
+
+        def before_changes() -> None:
+            loaded.append(ConsumerOffsetManager(self._path / "config"))
+
+        try:
+            self._core = _rmqstore.Store(
+                path, cfg.to_dict(), read_only, None if read_only else before_changes
+            )
+        except BaseException as exc:
+            for manager in loaded:
+                manager.close()
+            raise _resource_error(exc, "opening the store") from exc
         if read_only:
             _OPEN_STORES.add(self)
             return
+        self._offsets = loaded[0]
         try:
-            self._offsets = ConsumerOffsetManager(self._path / "config")
-        except BaseException:
-            self._core.close()
-            raise
+            self._start_services(cfg)
+        except BaseException as exc:
+            # Whatever failed (a thread that cannot start, an interrupt), nothing is left
+            # behind: the started services stop, the store closes and its lock is released.
+            self._abandon()
+            raise _resource_error(exc, "starting the store's services") from exc
+        _OPEN_STORES.add(self)
+
+    def _start_services(self, cfg: StoreConfig) -> None:
         flush: ServiceThread
         if cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH.value:
             flush = GroupCommitService(self._core)
         else:
             flush = FlushRealTimeService.for_config(self._core, cfg)
-        self._services = [
+        services: list[ServiceThread] = [
             AllocateMappedFileService(self._core),
             flush,
             ReputMessageService(self._core),
@@ -108,10 +186,25 @@ class MessageStore:
             CheckpointService(self._core),
         ]
         if cfg.transient_store_pool_enable:
-            self._services.append(CommitRealTimeService.for_config(self._core, cfg))
-        for service in self._services:
+            services.append(CommitRealTimeService.for_config(self._core, cfg))
+        for service in services:
             service.start()
-        _OPEN_STORES.add(self)
+            self._services.append(service)
+
+    def _abandon(self) -> None:
+        """Undoes a half-done open: stops what started, closes the core (releasing the lock)."""
+        try:
+            self.close()
+        except BaseException:
+            log.exception("closing %s after a failed open failed too", self._path)
+
+    def _forked_copy(self) -> None:
+        """Marks this store as the copy a forked child holds (see ``_forget_stores_after_fork``):
+        nothing of it is used, stopped or closed in this process."""
+        self._forked = True
+        self._services = []
+        self._offsets = None
+        self._close_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -138,7 +231,12 @@ class MessageStore:
         return StoreState[self._core.state]
 
     def close(self) -> None:
-        """Stops the services, forces everything to disk and releases the folder. Idempotent."""
+        """Stops the services, forces everything to disk and releases the folder. Idempotent.
+
+        In a process forked from the one that opened the store it does nothing: the store is
+        the parent's (see :class:`MessageStore`)."""
+        if self._forked or not hasattr(self, "_core"):
+            return
         with self._close_lock:
             if self._core.closed:
                 return
@@ -167,7 +265,7 @@ class MessageStore:
 
     def __del__(self) -> None:
         core = getattr(self, "_core", None)
-        if core is not None and not core.closed:
+        if core is not None and not getattr(self, "_forked", False) and not core.closed:
             self.close()
 
     def __repr__(self) -> str:
@@ -232,6 +330,13 @@ class MessageStore:
             time.sleep(delay)
             delay = min(delay * 2, 0.01)
         return True
+
+    def skipped_records(self) -> int:
+        """Damaged records dispatch has passed over since the store opened: records whose topic
+        or queue id is not one a put accepts (a damaged or forged record: those bytes are
+        outside the body CRC). They get no consume queue unit and no index entry, so no file
+        is ever made from their names; each is logged with its commitlog offset."""
+        return self._core.skipped_records()
 
     def get_confirm_offset(self) -> int:
         """How far dispatch may read: the flushed offset (SYNC_FLUSH) or the written end."""
@@ -380,6 +485,11 @@ class MessageStore:
         return self._offset_manager("query_offset").query_offset(group, topic, queue_id)
 
     def _offset_manager(self, what: str) -> ConsumerOffsetManager:
+        if self._forked:
+            raise StoreClosedError(
+                f"{what}: the store was opened by the process this one forked from; a forked "
+                "child cannot use it (open the store in the child once the parent closed it)"
+            )
         if self._offsets is None:
             raise StoreReadOnlyError(
                 f"the store is open read-only: {what} needs a store opened for writing "

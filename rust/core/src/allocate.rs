@@ -163,8 +163,12 @@ impl Allocator {
             st = self.lock();
             r
         };
-        if result.is_ok() && st.service_attached && !st.stopped {
-            let next = offset + self.cfg.file_size;
+        // The segment after this one is made ahead, unless its end would pass the largest
+        // commitlog offset (the put that needs it is then refused).
+        let next = offset
+            .checked_add(self.cfg.file_size)
+            .filter(|n| n.checked_add(self.cfg.file_size).is_some());
+        if let (true, Some(next)) = (result.is_ok() && st.service_attached && !st.stopped, next) {
             if !st.ready.contains_key(&next) && st.in_progress != Some(next) {
                 st.pending.insert(next);
                 self.cv.notify_all();

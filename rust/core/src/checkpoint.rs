@@ -31,17 +31,36 @@ pub struct StoreCheckpoint {
 }
 
 impl StoreCheckpoint {
+    /// Checks `path` before anything is written: absent, or a regular file (not a link or a
+    /// folder) of RocketMQ's size.
+    pub fn check(path: &Path) -> Result<()> {
+        if crate::util::check_regular_or_absent(path, "checkpoint file")? {
+            let len = std::fs::symlink_metadata(path)
+                .map_err(|e| StoreError::io("cannot stat", path, e))?
+                .len();
+            if len != 0 && len != CHECKPOINT_FILE_SIZE {
+                return Err(StoreError::corrupted(
+                    path,
+                    format!("checkpoint is {len} bytes, expected {CHECKPOINT_FILE_SIZE}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Opens (creating if missing) `path`. A file of another size than RocketMQ's 4 KiB is
     /// refused, naming it. (RocketMQ 4.x writes only the first three longs; the other two then
     /// read as 0.)
     pub fn open(path: &Path) -> Result<StoreCheckpoint> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| StoreError::io("cannot open checkpoint", path, e))?;
+        let file = crate::util::open_store_file(
+            path,
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+            "checkpoint file",
+        )?;
         let len = file
             .metadata()
             .map_err(|e| StoreError::io("cannot stat", path, e))?
@@ -137,15 +156,25 @@ impl AbortFile {
         }
     }
 
-    /// `lastExitOK`: no abort file.
+    /// Checks the marker before anything is written: absent, or a regular file (not a link,
+    /// which creating it would write through, nor a folder, which could not be replaced).
+    pub fn check(&self) -> Result<()> {
+        crate::util::check_regular_or_absent(&self.path, "abort file").map(|_| ())
+    }
+
+    /// `lastExitOK`: no abort file (a link there counts as present; [`AbortFile::check`]
+    /// refuses it).
     pub fn last_exit_ok(&self) -> bool {
-        !self.path.exists()
+        std::fs::symlink_metadata(&self.path).is_err()
     }
 
     /// Creates it with the process id as decimal text (after a successful start).
     pub fn create(&self) -> Result<()> {
-        let mut f = File::create(&self.path)
-            .map_err(|e| StoreError::io("cannot create abort file", &self.path, e))?;
+        let mut f = crate::util::open_store_file(
+            &self.path,
+            OpenOptions::new().write(true).create(true).truncate(true),
+            "abort file",
+        )?;
         write!(f, "{}", std::process::id())
             .and_then(|()| f.sync_all())
             .map_err(|e| StoreError::io("cannot write abort file", &self.path, e))

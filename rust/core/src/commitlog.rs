@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::allocate::Allocator;
-use crate::consume_queue::CqUnit;
+use crate::consume_queue::{CqUnit, MAX_QUEUE_OFFSET};
 use crate::error::{Result, StoreError};
 use crate::mapped_file::MappedFile;
 use crate::mapped_file_queue::MappedFileQueue;
@@ -176,6 +176,16 @@ pub fn disk_usage(dir: &Path) -> Result<f64> {
     } else {
         1.0
     })
+}
+
+/// Whether a record's topic, queue id and queue offset are ones the store can file under:
+/// a topic a put accepts (it names a folder), a queue id >= 0 and a queue offset whose
+/// consume queue position fits (`0..=MAX_QUEUE_OFFSET`). These bytes are outside the body CRC;
+/// a record failing this is damaged.
+pub fn queue_fields_are_legal(topic: &[u8], queue_id: i32, queue_offset: i64) -> bool {
+    queue_id >= 0
+        && (0..=MAX_QUEUE_OFFSET).contains(&queue_offset)
+        && std::str::from_utf8(topic).is_ok_and(crate::message::topic_is_legal)
 }
 
 /// `check_record` for the record that should start at commitlog offset `here`: a record whose
@@ -975,6 +985,15 @@ impl CommitLog {
             log::warn!(target: "rmqstore.disk", "cannot read disk usage: {e}");
         }
         let offset = self.queue.next_file_offset(0);
+        if offset.checked_add(self.queue.file_size()).is_none() {
+            log::error!(
+                target: "rmqstore.commitlog",
+                "no commitlog segment can start at offset {offset}: it would end past the \
+                 largest offset ({}); the store is full",
+                i64::MAX
+            );
+            return Err(PutMessageStatus::CreateMappedFileFailed);
+        }
         match self.allocator.obtain(offset) {
             Ok(f) => {
                 if let Err(e) = self.queue.push(f.clone()) {
@@ -1005,6 +1024,20 @@ impl CommitLog {
         } else {
             0
         };
+        // The last record's queue offset is base + len - 1, and must not pass the largest.
+        if base_queue_offset > MAX_QUEUE_OFFSET + 1 - records.len() as i64 {
+            // The queue's units could not be placed: refuse rather than wrap.
+            self.unlock_put(st);
+            log::error!(
+                target: "rmqstore.commitlog",
+                "queue {}/{} is at queue offset {base_queue_offset}: {} more messages would pass \
+                 the largest queue offset ({MAX_QUEUE_OFFSET})",
+                template.topic,
+                template.queue_id,
+                records.len()
+            );
+            return AppendResult::failed(PutMessageStatus::UnknownError);
+        }
         let mut file = match self.queue.last() {
             Some(f) if !f.is_full() => f,
             _ => match self.new_segment() {
@@ -1241,10 +1274,13 @@ impl CommitLog {
                         pos += d.total_size as usize;
                         report.messages += 1;
                         last_ts = last_ts.max(d.store_timestamp);
+                        // Damaged queue fields (outside the body CRC) are left out of the
+                        // table, as dispatch leaves the record out of the queues.
                         if matches!(
                             d.transaction_type(),
                             sysflag::TRANSACTION_NOT_TYPE | sysflag::TRANSACTION_COMMIT_TYPE
-                        ) {
+                        ) && queue_fields_are_legal(d.topic, d.queue_id, d.queue_offset)
+                        {
                             table.raise_queue_offset(
                                 &d.topic_str(),
                                 d.queue_id,

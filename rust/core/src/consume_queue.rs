@@ -16,6 +16,11 @@ use crate::message::{be_i32, be_i64};
 /// `CQ_STORE_UNIT_SIZE`.
 pub const CQ_STORE_UNIT_SIZE: i64 = 20;
 
+/// The largest queue offset a message can have: the consume queue segment holding its unit
+/// (segments are at most `i32::MAX` bytes) must end at a byte position an `i64` holds. About
+/// 4.6e17 messages a queue.
+pub const MAX_QUEUE_OFFSET: i64 = (i64::MAX - 2 * i32::MAX as i64) / CQ_STORE_UNIT_SIZE;
+
 /// One consume queue entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CqUnit {
@@ -240,6 +245,12 @@ impl ConsumeQueue {
             min = first.file_from_offset() + pos as i64;
         }
         self.min_logic_offset.store(min, Ordering::Release);
+    }
+
+    /// Removes an empty last segment the load set aside (see
+    /// [`MappedFileQueue::remove_empty_leftover`]).
+    pub fn remove_empty_leftover(&self) -> Result<bool> {
+        self.queue.remove_empty_leftover()
     }
 
     pub fn topic(&self) -> &str {

@@ -45,10 +45,13 @@ fn list_queues(dir: &Path) -> Result<Vec<(String, i32, PathBuf)>> {
                 "topic folder name is not UTF-8",
             ));
         };
-        if !topic_is_legal(&topic) || !tpath.is_dir() {
+        // The entry's own type (a link to a folder is not a topic folder: queues written
+        // through it would land outside the store).
+        let is_dir = t.file_type().is_ok_and(|ft| ft.is_dir());
+        if !topic_is_legal(&topic) || !is_dir {
             return Err(StoreError::corrupted(
                 &tpath,
-                "unexpected entry in consumequeue/ (expected topic folders)",
+                "unexpected entry in consumequeue/ (expected topic folders, not links or files)",
             ));
         }
         let queues =
@@ -58,11 +61,14 @@ fn list_queues(dir: &Path) -> Result<Vec<(String, i32, PathBuf)>> {
             let qpath = q.path();
             let qid = q.file_name().to_str().and_then(parse_queue_id);
             match qid {
-                Some(qid) if qpath.is_dir() => found.push((topic.clone(), qid, qpath)),
+                Some(qid) if q.file_type().is_ok_and(|ft| ft.is_dir()) => {
+                    found.push((topic.clone(), qid, qpath))
+                }
                 _ => {
                     return Err(StoreError::corrupted(
                         &qpath,
-                        "unexpected entry in a topic folder (expected queue id folders)",
+                        "unexpected entry in a topic folder (expected queue id folders, not \
+                         links or files)",
                     ))
                 }
             }
@@ -141,10 +147,21 @@ impl ConsumeQueueStore {
             .cloned()
     }
 
-    /// `findOrCreateConsumeQueue` (the folder appears with the first unit).
+    /// `findOrCreateConsumeQueue` (the folder appears with the first unit). The topic and queue
+    /// id become a path, so they must be what a put accepts (a legal topic, a queue id >= 0):
+    /// anything else is refused, and never reaches the file system.
     pub fn find_or_create(&self, topic: &str, queue_id: i32) -> Result<Arc<ConsumeQueue>> {
         if let Some(cq) = self.find(topic, queue_id) {
             return Ok(cq);
+        }
+        if !topic_is_legal(topic) || queue_id < 0 {
+            return Err(StoreError::corrupted(
+                &self.dir,
+                format!(
+                    "no consume queue can be made for topic {topic:?} queue {queue_id} (not a \
+                     legal topic and queue id)"
+                ),
+            ));
         }
         let mut all = self.queues.write().unwrap_or_else(|p| p.into_inner());
         if let Some(cq) = all.get(topic).and_then(|q| q.get(&queue_id)) {
@@ -180,6 +197,15 @@ impl ConsumeQueueStore {
             .get(topic)
             .map(|q| q.keys().copied().collect())
             .unwrap_or_default()
+    }
+
+    /// Removes the empty last segments the queues' loads set aside; returns how many.
+    pub fn remove_empty_leftovers(&self) -> Result<usize> {
+        let mut n = 0;
+        for cq in self.all() {
+            n += usize::from(cq.remove_empty_leftover()?);
+        }
+        Ok(n)
     }
 
     /// Recovers every queue (§3.7).

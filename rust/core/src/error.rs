@@ -39,6 +39,8 @@ pub enum StoreError {
     InvalidArgument(String),
     /// The store has been closed.
     Closed,
+    /// The store was opened by the process this one forked from: unusable here.
+    ForkedCopy(String),
     /// The store was opened read-only and the call would change it.
     ReadOnly(String),
     /// A failure inside the engine that is not the caller's or the files' (a worker thread
@@ -116,6 +118,7 @@ impl fmt::Display for StoreError {
             StoreError::Config { setting, reason } => write!(f, "{setting}: {reason}"),
             StoreError::InvalidArgument(msg) => f.write_str(msg),
             StoreError::Closed => f.write_str("the store is closed"),
+            StoreError::ForkedCopy(msg) => f.write_str(msg),
             StoreError::Internal(msg) => write!(f, "internal error: {msg}"),
             StoreError::ReadOnly(what) => write!(
                 f,

@@ -22,6 +22,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -376,6 +377,7 @@ impl IndexFile {
             .read(true)
             .write(true)
             .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| StoreError::io("cannot create index file", path, e))?;
         // Sparse, as RocketMQ's `setLength`: a default index file is 420 MB but only the pages
@@ -442,11 +444,11 @@ impl IndexFile {
     /// A file of the wrong size is [`StoreError::Corrupted`].
     pub fn load(path: &Path, hash_slot_num: i32, index_num: i32) -> Result<IndexFile> {
         let size = index_file_size(hash_slot_num, index_num)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| StoreError::io("cannot open index file", path, e))?;
+        let file = crate::util::open_store_file(
+            path,
+            OpenOptions::new().read(true).write(true),
+            "index file",
+        )?;
         let len = file
             .metadata()
             .map_err(|e| StoreError::io("cannot stat index file", path, e))?
@@ -478,10 +480,16 @@ impl IndexFile {
         f.index_count.store(count, Ordering::Relaxed);
         // Clean unless the count was corrected (a flush then writes the corrected header).
         f.flushed_count.store(on_disk_count, Ordering::Relaxed);
-        // Reserve what is in use (best effort: a put reserves again before writing).
-        let used = (f.entry_word(count.min(f.index_num - 1)) * 4) as u64;
-        let _ = f.reserve_to(used);
         Ok(f)
+    }
+
+    /// Reserves the blocks of what the file has in use (header, slots, entries written), so a
+    /// slot update through the mapping never lands in a hole the disk cannot fill (best effort:
+    /// a put reserves again before writing). Not part of loading: it changes the file's times.
+    fn reserve_in_use(&self) {
+        let count = self.index_count.load(Ordering::Relaxed);
+        let used = (self.entry_word(count.min(self.index_num - 1)) * 4) as u64;
+        let _ = self.reserve_to(used);
     }
 
     fn map(
@@ -1129,10 +1137,13 @@ impl IndexService {
                              (index files are named yyyyMMddHHmmssSSS)",
                         ));
                     }
-                    let meta = std::fs::metadata(&path)
+                    let meta = std::fs::symlink_metadata(&path)
                         .map_err(|e| StoreError::io("cannot stat index file", &path, e))?;
-                    if !meta.is_file() {
-                        return Err(StoreError::corrupted(&path, "index entry is not a file"));
+                    if !meta.file_type().is_file() {
+                        return Err(StoreError::corrupted(
+                            &path,
+                            "index entry is not a regular file (a link, folder, FIFO or device)",
+                        ));
                     }
                     if meta.len() == 0 {
                         empty.push(path);
@@ -1171,6 +1182,14 @@ impl IndexService {
             index_msg_timestamp: Arc::new(AtomicI64::new(0)),
             empty_leftovers: Mutex::new(empty),
         })
+    }
+
+    /// Once opening may change files: reserves the blocks the loaded files have in use (see
+    /// `IndexFile::reserve_in_use`).
+    pub fn reserve_loaded(&self) {
+        for f in self.files.read().unwrap_or_else(|p| p.into_inner()).iter() {
+            f.reserve_in_use();
+        }
     }
 
     /// Deletes the 0-byte index files found at load (see [`IndexService::load`]); returns how

@@ -12,6 +12,7 @@ pub mod config;
 pub mod consume_queue;
 pub mod consume_queue_store;
 pub mod error;
+pub mod fork;
 pub mod index;
 pub mod lockfile;
 pub mod mapped_file;

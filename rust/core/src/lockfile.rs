@@ -72,13 +72,15 @@ impl StoreLock {
             });
         }
         let path = root.join("lock");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| StoreError::io("cannot open lock file", &path, e))?;
+        let file = crate::util::open_store_file(
+            &path,
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+            "lock file",
+        )?;
         let fl = write_lock();
         // SAFETY: fcntl on an owned descriptor with a valid flock (l_pid 0, as OFD locks need).
         let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };

@@ -13,7 +13,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
@@ -66,10 +66,12 @@ impl MappedFile {
     /// Creates a new segment of `file_size` bytes with its blocks reserved (so writes through the
     /// mapping cannot hit ENOSPC later, which would be a SIGBUS), then maps it.
     pub fn create(path: &Path, file_from_offset: i64, file_size: i64) -> Result<MappedFile> {
+        // O_EXCL: never an existing file, nor a link (even one pointing nowhere).
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| StoreError::io("cannot create segment", path, e))?;
         if let Err(e) = reserve(&file, file_size) {
@@ -88,11 +90,11 @@ impl MappedFile {
 
     /// Maps an existing segment; positions start at the end (recovery sets the real ones).
     pub fn open_existing(path: &Path, file_from_offset: i64, file_size: i64) -> Result<MappedFile> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| StoreError::io("cannot open segment", path, e))?;
+        let file = crate::util::open_store_file(
+            path,
+            OpenOptions::new().read(true).write(true),
+            "segment",
+        )?;
         let len = file
             .metadata()
             .map_err(|e| StoreError::io("cannot stat segment", path, e))?
@@ -115,7 +117,7 @@ impl MappedFile {
         file_from_offset: i64,
         file_size: i64,
     ) -> Result<Option<MappedFile>> {
-        let file = File::open(path).map_err(|e| StoreError::io("cannot open segment", path, e))?;
+        let file = crate::util::open_store_file(path, OpenOptions::new().read(true), "segment")?;
         let len = file
             .metadata()
             .map_err(|e| StoreError::io("cannot stat segment", path, e))?

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::error::{Result, StoreError};
 use crate::mapped_file::MappedFile;
@@ -16,6 +16,8 @@ pub struct MappedFileQueue {
     flushed_where: AtomicI64,
     committed_where: AtomicI64,
     store_timestamp: AtomicI64,
+    /// An empty last segment found at load, removed once opening may change files.
+    empty_leftover: Mutex<Option<PathBuf>>,
 }
 
 impl std::fmt::Debug for MappedFileQueue {
@@ -68,6 +70,16 @@ fn list_segments(dir: &Path, file_size: i64) -> Result<Listing> {
                 ),
             ));
         }
+        if offset.checked_add(file_size).is_none() {
+            return Err(StoreError::corrupted(
+                path,
+                format!(
+                    "segment offset {offset} is too large: the segment would end past the \
+                     largest offset ({})",
+                    i64::MAX
+                ),
+            ));
+        }
         if offset % file_size != 0 {
             return Err(StoreError::corrupted(
                 path,
@@ -91,21 +103,18 @@ fn list_segments(dir: &Path, file_size: i64) -> Result<Listing> {
 
 impl MappedFileQueue {
     /// Loads every segment of `dir` (created if missing). The folder is checked whole before
-    /// anything changes: a foreign file, a wrong size or a gap is an error naming the file. A
-    /// last file of length 0 (a crash during allocation) is then removed, as RocketMQ does.
+    /// anything changes: a foreign file, a link, a wrong size or a gap is an error naming the
+    /// file. A last file of length 0 (a crash during allocation) holds nothing: it is set aside
+    /// for [`MappedFileQueue::remove_empty_leftover`], which removes it as RocketMQ does once
+    /// opening may change files.
     pub fn load(dir: &Path, file_size: i64) -> Result<MappedFileQueue> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("cannot create", dir, e))?;
         let listing = list_segments(dir, file_size)?;
         let mut files = Vec::with_capacity(listing.files.len());
+        let mut leftover = None;
         for (offset, path, len) in listing.files {
             if len == 0 {
-                log::warn!(
-                    target: "rmqstore.mapped_file_queue",
-                    "removing empty segment {} left by an interrupted allocation",
-                    path.display()
-                );
-                std::fs::remove_file(&path)
-                    .map_err(|e| StoreError::io("cannot remove empty segment", &path, e))?;
+                leftover = Some(path);
                 continue;
             }
             files.push(Arc::new(MappedFile::open_existing(
@@ -123,7 +132,31 @@ impl MappedFileQueue {
             flushed_where: AtomicI64::new(flushed),
             committed_where: AtomicI64::new(flushed),
             store_timestamp: AtomicI64::new(0),
+            empty_leftover: Mutex::new(leftover),
         })
+    }
+
+    /// Removes the empty last segment [`MappedFileQueue::load`] set aside, if any; true if one
+    /// was removed.
+    pub fn remove_empty_leftover(&self) -> Result<bool> {
+        let Some(path) = self
+            .empty_leftover
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
+            return Ok(false);
+        };
+        log::warn!(
+            target: "rmqstore.mapped_file_queue",
+            "removing empty segment {} left by an interrupted allocation",
+            path.display()
+        );
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(StoreError::io("cannot remove empty segment", &path, e)),
+        }
     }
 
     /// Loads the segments of `dir` for reading only (a read-only store), changing nothing: a
@@ -139,6 +172,7 @@ impl MappedFileQueue {
             flushed_where: AtomicI64::new(0),
             committed_where: AtomicI64::new(0),
             store_timestamp: AtomicI64::new(0),
+            empty_leftover: Mutex::new(None),
         };
         q.reload_read_only()?;
         Ok(q)
@@ -156,7 +190,7 @@ impl MappedFileQueue {
         for entry in entries {
             let entry = entry.map_err(|e| StoreError::io("cannot list", &self.dir, e))?;
             if let Some(offset) = entry.file_name().to_str().and_then(file_name_to_offset) {
-                if offset % self.file_size == 0 {
+                if offset % self.file_size == 0 && offset.checked_add(self.file_size).is_some() {
                     on_disk.push(offset);
                 }
             }
@@ -456,11 +490,15 @@ mod tests {
         let q = MappedFileQueue::load(&d, 1024).unwrap();
         fill(&q, 100, 16);
         drop(q);
-        // A zero-length last file is removed.
+        // A zero-length last file is left out, and removed once the caller says changes may
+        // begin.
         std::fs::write(d.join("00000000000000002048"), b"").unwrap();
         let q = MappedFileQueue::load(&d, 1024).unwrap();
         assert_eq!(q.files().len(), 2);
+        assert!(d.join("00000000000000002048").exists());
+        assert!(q.remove_empty_leftover().unwrap());
         assert!(!d.join("00000000000000002048").exists());
+        assert!(!q.remove_empty_leftover().unwrap());
         drop(q);
         // Wrong configured size: error naming the file, nothing removed.
         let err = MappedFileQueue::load(&d, 2048).unwrap_err().to_string();

@@ -6,13 +6,14 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
 use crate::commitlog::CommitLog;
-use crate::consume_queue::ConsumeQueue;
+use crate::consume_queue::{ConsumeQueue, MAX_QUEUE_OFFSET};
 use crate::consume_queue_store::ConsumeQueueStore;
 use crate::error::{Result, StoreError};
 use crate::index::{IndexBatch, IndexService};
 use crate::mapped_file::MappedFile;
 use crate::message::{
-    be_i32, check_record, sysflag, tags_code, view_record, DispatchProps, RecordCheck, RecordView,
+    be_i32, check_record, sysflag, tags_code, topic_is_legal, view_record, DispatchProps,
+    RecordCheck, RecordView,
 };
 
 /// What one dispatch call did.
@@ -28,6 +29,9 @@ pub struct ReputStep {
     pub behind: i64,
     /// Store timestamp of the last message dispatched (0 if none).
     pub last_store_timestamp: i64,
+    /// Records passed over because their topic or queue id is not one a put accepts (damaged
+    /// bytes outside the body CRC): they get no consume queue unit and no index entry.
+    pub skipped: u64,
 }
 
 /// Consume queue units of dispatched messages waiting to be written, in commitlog order,
@@ -153,6 +157,10 @@ struct Dispatcher<'a> {
     run_topic: Vec<u8>,
     run_queue: Option<i32>,
     topic: String,
+    /// `topic` is a legal topic (checked once per run).
+    run_topic_legal: bool,
+    /// Records skipped for an illegal topic or queue id.
+    skipped: u64,
     /// The last TAGS value and its code (tags repeat from message to message).
     last_tags: Vec<u8>,
     last_tags_code: i64,
@@ -169,6 +177,8 @@ impl<'a> Dispatcher<'a> {
             run_topic: Vec::new(),
             run_queue: None,
             topic: String::new(),
+            run_topic_legal: false,
+            skipped: 0,
             last_tags: Vec::new(),
             last_tags_code: 0,
         }
@@ -184,13 +194,37 @@ impl<'a> Dispatcher<'a> {
         self.last_tags_code
     }
 
-    fn record(&mut self, d: &RecordView<'_>) -> Result<()> {
+    fn record(&mut self, d: &RecordView<'_>, at: i64) -> Result<()> {
         let new_topic = d.topic != self.run_topic.as_slice();
         if new_topic {
             self.run_topic.clear();
             self.run_topic.extend_from_slice(d.topic);
             self.topic = String::from_utf8_lossy(d.topic).into_owned();
+            // Invalid UTF-8 became U+FFFD, which no legal topic holds.
+            self.run_topic_legal = topic_is_legal(&self.topic);
             self.run_queue = None;
+        }
+        // The topic and queue id name a consume queue folder, the queue offset a position in
+        // it, the physical offset the record itself: a record whose fields a put would never
+        // write (`../x`, `/abs`, a negative queue id, a queue offset past the largest, another
+        // record's offset) is damaged, and none of its fields becomes a path or a unit.
+        if !self.run_topic_legal
+            || d.queue_id < 0
+            || !(0..=MAX_QUEUE_OFFSET).contains(&d.queue_offset)
+            || d.physical_offset != at
+        {
+            self.skipped += 1;
+            log::error!(
+                target: "rmqstore.reput",
+                "the record at commitlog offset {at} is damaged: its topic {:?}, queue id {}, \
+                 queue offset {} or physical offset {} is not one a put writes (those bytes are \
+                 outside the body CRC); it is not dispatched to a consume queue or the index",
+                self.topic,
+                d.queue_id,
+                d.queue_offset,
+                d.physical_offset
+            );
+            return Ok(());
         }
         let props = DispatchProps::scan(d.properties);
         let tx = d.transaction_type();
@@ -370,7 +404,7 @@ fn pass(
                 .flatten();
             if let Some(v) = view {
                 prefetch_next(data, at, at + total as usize);
-                dispatcher.record(&v)?;
+                dispatcher.record(&v, pos)?;
                 step.last_store_timestamp = v.store_timestamp;
                 at += total as usize;
                 pos += i64::from(total);
@@ -413,6 +447,7 @@ fn pass(
         }
     }
     dispatcher.finish()?;
+    step.skipped = dispatcher.skipped;
     *from = pos;
     Ok(step)
 }

@@ -32,6 +32,8 @@ struct Open {
     reput_offset: AtomicI64,
     /// Store timestamp of the last message dispatched to a consume queue.
     logics_dispatched: AtomicI64,
+    /// Damaged records dispatch passed over (see [`ReputStep::skipped`]).
+    skipped_records: std::sync::atomic::AtomicU64,
     /// `None` for a read-only store (it writes nothing), as are the abort marker and lock.
     checkpoint: Option<StoreCheckpoint>,
     abort: Option<AbortFile>,
@@ -50,6 +52,7 @@ impl Open {
         );
         self.reput_offset.store(*from, Ordering::Release);
         if let Ok(s) = &step {
+            self.skipped_records.fetch_add(s.skipped, Ordering::Relaxed);
             if s.last_store_timestamp > 0 {
                 self.logics_dispatched
                     .fetch_max(s.last_store_timestamp, Ordering::AcqRel);
@@ -116,6 +119,11 @@ pub struct MessageStore {
     state: RwLock<Option<Open>>,
     recovery: RecoveryReport,
     read_only: bool,
+    /// [`crate::fork::generation`] when opened: a different one means this process is a
+    /// forked child of the one that opened the store.
+    fork_generation: u64,
+    /// The process that opened the store.
+    pid: u32,
 }
 
 /// Total physical memory (`StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE`), 24 GiB if unknown.
@@ -145,17 +153,46 @@ impl std::fmt::Debug for MessageStore {
 impl MessageStore {
     /// Opens (creating if needed) the store in `root`: lock, load, recover.
     pub fn open(root: &Path, config: StoreConfig) -> Result<MessageStore> {
+        Self::open_checked(root, config, || Ok(()))
+    }
+
+    /// [`MessageStore::open`], calling `before_changes` once every file the store keeps has
+    /// been found as expected and before the first byte of the store is changed (recovery,
+    /// repairs, the abort marker): the caller checks its own files there (the Python side's
+    /// `config/*.json`), and an error from it leaves the store as it was.
+    pub fn open_checked(
+        root: &Path,
+        config: StoreConfig,
+        before_changes: impl FnOnce() -> Result<()>,
+    ) -> Result<MessageStore> {
         config.validate()?;
+        if root.as_os_str().is_empty() {
+            return Err(StoreError::InvalidArgument(
+                "the store path is empty (give a folder, e.g. \"./store\")".to_owned(),
+            ));
+        }
         let machine = Arc::new(StateMachine::default());
         machine.transit(StoreState::LoadBegin)?;
         std::fs::create_dir_all(root).map_err(|e| StoreError::io("cannot create", root, e))?;
         let lock = StoreLock::acquire(root)?;
-        let abort = AbortFile::new(root);
-        let last_exit_ok = abort.last_exit_ok();
         let commitlog_dir = config
             .store_path_commit_log
             .clone()
             .unwrap_or_else(|| root.join("commitlog"));
+        // Everything the store will write is checked before anything changes: a refused open
+        // leaves every file as it was.
+        let abort = AbortFile::new(root);
+        abort.check()?;
+        let last_exit_ok = abort.last_exit_ok();
+        StoreCheckpoint::check(&root.join("checkpoint"))?;
+        for (dir, what) in [
+            (commitlog_dir.as_path(), "commitlog"),
+            (&root.join("consumequeue"), "consumequeue"),
+            (&root.join("index"), "index"),
+            (&root.join("config"), "config"),
+        ] {
+            crate::util::check_dir_or_absent(dir, what)?;
+        }
         let pool = if config.transient_store_pool_enable {
             Some(TransientStorePool::new(
                 config.transient_store_pool_size as usize,
@@ -190,10 +227,14 @@ impl MessageStore {
             None
         };
         machine.transit(StoreState::LoadIndexOk)?;
+        before_changes()?;
         // Everything was found as expected: from here on, opening may change files.
         let checkpoint = StoreCheckpoint::open(&root.join("checkpoint"))?;
+        commitlog.queue().remove_empty_leftover()?;
+        cqs.remove_empty_leftovers()?;
         if let Some(index) = &index {
             index.remove_empty_leftovers()?;
+            index.reserve_loaded();
         }
         machine.transit(StoreState::RecoverBegin)?;
         cqs.recover()?;
@@ -253,6 +294,7 @@ impl MessageStore {
             reput_from: Mutex::new(dispatch_from),
             reput_offset: AtomicI64::new(dispatch_from),
             logics_dispatched: AtomicI64::new(0),
+            skipped_records: std::sync::atomic::AtomicU64::new(0),
             checkpoint: Some(checkpoint),
             abort: Some(abort),
             _lock: Some(lock),
@@ -339,6 +381,8 @@ impl MessageStore {
             state: RwLock::new(Some(open)),
             recovery,
             read_only,
+            fork_generation: crate::fork::generation(),
+            pid: std::process::id(),
         }
     }
 
@@ -376,6 +420,7 @@ impl MessageStore {
             reput_from: Mutex::new(0),
             reput_offset: AtomicI64::new(0),
             logics_dispatched: AtomicI64::new(0),
+            skipped_records: std::sync::atomic::AtomicU64::new(0),
             checkpoint: None,
             abort: None,
             _lock: None,
@@ -434,7 +479,26 @@ impl MessageStore {
         Ok(Some(cq))
     }
 
+    /// True in a process forked from the one that opened the store (see [`crate::fork`]): the
+    /// store is then unusable here, and closing or dropping it does nothing.
+    pub fn is_forked_copy(&self) -> bool {
+        crate::fork::generation() != self.fork_generation
+    }
+
+    fn forked_error(&self) -> StoreError {
+        StoreError::ForkedCopy(format!(
+            "the store {} was opened by process {} before this process forked from it: a \
+             forked child cannot use its parent's store (open the store in the child itself, \
+             once the parent has closed it)",
+            self.root.display(),
+            self.pid
+        ))
+    }
+
     fn with_open<T>(&self, f: impl FnOnce(&Open) -> T) -> Result<T> {
+        if self.is_forked_copy() {
+            return Err(self.forked_error());
+        }
         let guard = self.state.read().unwrap_or_else(|p| p.into_inner());
         match guard.as_ref() {
             Some(open) => Ok(f(open)),
@@ -461,6 +525,9 @@ impl MessageStore {
     }
 
     pub fn is_closed(&self) -> bool {
+        if self.is_forked_copy() {
+            return true;
+        }
         self.state
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -761,6 +828,7 @@ impl MessageStore {
                 break;
             }
             total.dispatched += step.dispatched;
+            total.skipped += step.skipped;
             total.bytes += step.bytes;
             total.reput_offset = step.reput_offset;
             if step.last_store_timestamp != 0 {
@@ -768,6 +836,13 @@ impl MessageStore {
             }
         }
         Ok(total)
+    }
+
+    /// Damaged records dispatch has passed over since the store opened: records whose topic or
+    /// queue id is not one a put accepts (bytes outside the body CRC), which get no consume
+    /// queue unit and no index entry, and are logged.
+    pub fn skipped_records(&self) -> Result<u64> {
+        self.with_open(|o| o.skipped_records.load(Ordering::Relaxed))
     }
 
     /// Confirmed commitlog bytes not dispatched yet (`dispatchBehindBytes`). At 0, every
@@ -1048,6 +1123,10 @@ impl MessageStore {
     /// Clean shutdown: waits for calls in flight, stops allocation (deleting unused
     /// pre-allocated segments), forces everything to disk and releases the lock. Idempotent.
     pub fn close(&self) -> Result<()> {
+        if self.is_forked_copy() {
+            // The parent's store: nothing of it is this process's to stop, flush or release.
+            return Ok(());
+        }
         let mut guard = self.state.write().unwrap_or_else(|p| p.into_inner());
         let Some(open) = guard.take() else {
             return Ok(());
@@ -1109,6 +1188,16 @@ impl MessageStore {
 
 impl Drop for MessageStore {
     fn drop(&mut self) {
+        if self.is_forked_copy() {
+            // The open files, maps and index writers are the parent's: leave them untouched
+            // (their drops could wait on locks the parent's threads held at the fork).
+            let open = self
+                .state
+                .get_mut()
+                .map_or_else(|p| p.into_inner().take(), Option::take);
+            std::mem::forget(open);
+            return;
+        }
         if let Err(e) = self.close() {
             log::error!(target: "rmqstore.store", "closing {} failed: {e}", self.root.display());
         }

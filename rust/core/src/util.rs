@@ -1,7 +1,12 @@
 //! Small shared helpers whose results are part of RocketMQ's formats: Java `String.hashCode`,
 //! the masked CRC32, 20-digit file names and upper-case hex.
 
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::error::{Result, StoreError};
 
 /// Java `String.hashCode()`: `h = 31*h + u` over the UTF-16 code units, wrapping 32-bit.
 ///
@@ -45,6 +50,79 @@ pub(crate) fn java_hash_extend_ascii(start: i32, s: &[u8]) -> i32 {
         h = h.wrapping_mul(31).wrapping_add(i32::from(b));
     }
     h
+}
+
+/// Opens a file of the store with `opts`, never through a symbolic link (`O_NOFOLLOW`), and
+/// only if it is a regular file: a link, folder, FIFO or device where the store keeps `what`
+/// is [`StoreError::Corrupted`] naming it, found before a byte is read or written (a link
+/// would send the store's writes to a file outside the store).
+pub fn open_store_file(path: &Path, opts: &mut OpenOptions, what: &str) -> Result<File> {
+    let file = opts
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => StoreError::corrupted(
+                path,
+                format!("the {what} is a symbolic link; the store never reads or writes its files through links"),
+            ),
+            _ => StoreError::io(format!("cannot open {what}"), path, e),
+        })?;
+    let meta = file
+        .metadata()
+        .map_err(|e| StoreError::io(format!("cannot stat {what}"), path, e))?;
+    if !meta.file_type().is_file() {
+        return Err(not_a_regular_file(path, what));
+    }
+    Ok(file)
+}
+
+fn not_a_regular_file(path: &Path, what: &str) -> StoreError {
+    StoreError::corrupted(
+        path,
+        format!("the {what} is not a regular file (a folder, link, FIFO or device is there)"),
+    )
+}
+
+/// Checks, without following links, that `path` is absent or a regular file; true if it is
+/// there. What the store will write later is checked with this before anything changes.
+pub fn check_regular_or_absent(path: &Path, what: &str) -> Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_file() => Ok(true),
+        Ok(meta) if meta.file_type().is_symlink() => Err(StoreError::corrupted(
+            path,
+            format!("the {what} is a symbolic link; the store never reads or writes its files through links"),
+        )),
+        Ok(_) => Err(not_a_regular_file(path, what)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(StoreError::io(format!("cannot stat {what}"), path, e)),
+    }
+}
+
+/// Checks that `path` is absent or a folder (a link to a folder counts: an operator may keep
+/// the commitlog or the index on another disk that way); true if it is there.
+pub fn check_dir_or_absent(path: &Path, what: &str) -> Result<bool> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(true),
+        Ok(_) => Err(StoreError::corrupted(
+            path,
+            format!("the {what} folder is not a folder"),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // A dangling link is not "absent": creating the folder would fail or go elsewhere.
+            if std::fs::symlink_metadata(path).is_ok() {
+                return Err(StoreError::corrupted(
+                    path,
+                    format!("the {what} folder is a link to nothing"),
+                ));
+            }
+            Ok(false)
+        }
+        Err(e) => Err(StoreError::io(
+            format!("cannot stat the {what} folder"),
+            path,
+            e,
+        )),
+    }
 }
 
 /// `UtilAll.crc32`: CRC32 (IEEE) masked with `0x7FFFFFFF`, so never negative.

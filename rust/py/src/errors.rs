@@ -46,7 +46,9 @@ fn build(py: Python<'_>, err: &StoreError) -> PyResult<PyErr> {
             e
         }
         StoreError::InvalidArgument(_) => class(py, "InvalidArgumentError")?.call1((msg,))?,
-        StoreError::Closed => class(py, "StoreClosedError")?.call1((msg,))?,
+        StoreError::Closed | StoreError::ForkedCopy(_) => {
+            class(py, "StoreClosedError")?.call1((msg,))?
+        }
         StoreError::ReadOnly(_) => class(py, "StoreReadOnlyError")?.call1((msg,))?,
         // The core enum is non-exhaustive: anything new is still an RmqStoreError.
         _ => class(py, "RmqStoreError")?.call1((msg,))?,

@@ -137,16 +137,41 @@ pub struct Store {
     inner: Arc<MessageStore>,
 }
 
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.inner.is_forked_copy() {
+            // A forked child's copy of its parent's store: never closed, flushed or unmapped
+            // here (see `rmqstore_core::fork`); its memory goes with the process.
+            std::mem::forget(Arc::clone(&self.inner));
+        }
+    }
+}
+
 impl Store {
     /// Runs `f` on the store with the GIL released (every store call touches files or maps)
-    /// and maps its error into the Python exception tree.
+    /// and maps its error into the Python exception tree. In a process forked from the one
+    /// that opened the store nothing runs (see `rmqstore_core::fork`).
     fn run<T: Send>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&MessageStore) -> rmqstore_core::Result<T> + Send,
     ) -> PyResult<T> {
+        self.usable()?;
         let store = &self.inner;
         py.detach(|| f(store)).into_py_result()
+    }
+
+    /// Refuses calls in a forked child of the process that opened the store.
+    fn usable(&self) -> PyResult<()> {
+        if self.inner.is_forked_copy() {
+            // The same error every core call gives there.
+            return Err(crate::errors::to_pyerr(
+                self.inner.recovery_report().err().unwrap_or_else(|| {
+                    rmqstore_core::StoreError::ForkedCopy("a forked copy".to_owned())
+                }),
+            ));
+        }
+        Ok(())
     }
 
     /// `query_message` (by key) or `query_message_by_tag`.
@@ -179,27 +204,39 @@ impl Store {
 #[pymethods]
 impl Store {
     /// Opens (creating if needed) the store folder: lock, load, recover; or, with
-    /// `read_only`, an existing store without lock, changes or recovery.
+    /// `read_only`, an existing store without lock, changes or recovery. `before_changes` (a
+    /// callable) runs once every file of the core has been found as expected and before any
+    /// change: an exception from it refuses the open with the store as it was.
     #[new]
-    #[pyo3(signature = (path, config, read_only=false))]
+    #[pyo3(signature = (path, config, read_only=false, before_changes=None))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         config: &Bound<'_, PyDict>,
         read_only: bool,
+        before_changes: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let cfg = config_from_dict(config)?;
-        let store = py
-            .detach(|| {
-                if read_only {
-                    MessageStore::open_read_only(&path, cfg)
-                } else {
-                    MessageStore::open(&path, cfg)
-                }
+        let mut raised: Option<PyErr> = None;
+        let opened = py.detach(|| {
+            if read_only {
+                return MessageStore::open_read_only(&path, cfg);
+            }
+            MessageStore::open_checked(&path, cfg, || {
+                let Some(callback) = &before_changes else {
+                    return Ok(());
+                };
+                Python::attach(|py| callback.call0(py).map(drop)).map_err(|e| {
+                    raised = Some(e);
+                    rmqstore_core::StoreError::Internal("the open was refused".to_owned())
+                })
             })
-            .into_py_result()?;
+        });
+        if let Some(e) = raised {
+            return Err(e);
+        }
         Ok(Store {
-            inner: Arc::new(store),
+            inner: Arc::new(opened.into_py_result()?),
         })
     }
 
@@ -304,6 +341,12 @@ impl Store {
             )
         })?;
         Ok((s.flushed, s.stopped, s.forces))
+    }
+
+    /// Damaged records dispatch has passed over since the store opened (their topic or queue
+    /// id is not one a put accepts).
+    fn skipped_records(&self, py: Python<'_>) -> PyResult<u64> {
+        self.run(py, |s| s.skipped_records())
     }
 
     /// Forces the group-commit service has done so far.
@@ -572,6 +615,7 @@ impl Store {
     }
 
     fn recovery_report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.usable()?;
         let r = self.inner.recovery_report().into_py_result()?;
         let d = PyDict::new(py);
         d.set_item("abnormal", r.abnormal)?;
@@ -616,6 +660,9 @@ impl Store {
     }
 
     fn stop_services(&self, py: Python<'_>) {
+        if self.inner.is_forked_copy() {
+            return;
+        }
         let store = &self.inner;
         py.detach(|| store.stop_services());
     }
