@@ -209,7 +209,7 @@ class Store:
         queue_id: int,
         offset: int,
         max_msg_nums: int = 32,
-        subscription: str | None = "*",
+        subscription: str | None = None,
     ) -> GetMessageResult: ...
     def query_message(
         self,
@@ -238,7 +238,7 @@ class Store:
     ) -> int: ...
     def get_earliest_message_time(self, topic: str, queue_id: int) -> int: ...
     def get_offset_in_queue_by_time(
-        self, topic: str, queue_id: int, timestamp: int, boundary: str = "lower"
+        self, topic: str, queue_id: int, timestamp: int, boundary: str | None = None
     ) -> int: ...
     def read_batch_buffers(
         self,

@@ -296,7 +296,15 @@ class MessageStore:
         The result gives the first record's ``wrote_offset`` and ``queue_offset``, the bytes of
         all records and their comma-joined ``msg_id``\\ s.
         """
-        props = dict(properties) if properties is not None else None
+        props: dict[str, str] | None
+        if properties is None or isinstance(properties, dict):
+            props = properties
+        elif isinstance(properties, Mapping):
+            props = dict(properties)
+        else:
+            raise ArgumentTypeError(
+                f"properties must be a dict of str to str, not {type(properties).__name__}"
+            )
         return self._core.put_messages(
             topic,
             queue_id,
@@ -454,8 +462,6 @@ class MessageStore:
         """
         from ._arrow import batch_from_buffers
 
-        if max_msgs < 0:
-            raise InvalidArgumentError(f"max_msgs must be >= 0, got {max_msgs}")
         rows, _next, buffers = self._core.read_batch_buffers(
             topic, queue_id, offset, max_msgs, include_properties, decompress
         )

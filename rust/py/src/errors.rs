@@ -65,6 +65,17 @@ pub fn to_pyerr(err: StoreError) -> PyErr {
     })
 }
 
+/// An exception of class `rmqstore.errors.<name>` with `msg` (a RuntimeError naming the problem
+/// if the module cannot be imported).
+pub fn error_of_class(py: Python<'_>, name: &str, msg: String) -> PyErr {
+    match class(py, name).and_then(|c| c.call1((msg.as_str(),))) {
+        Ok(e) => PyErr::from_value(e),
+        Err(import_err) => {
+            PyRuntimeError::new_err(format!("{msg} (and rmqstore.errors failed: {import_err})"))
+        }
+    }
+}
+
 /// An `InvalidArgumentError` (a `ValueError`) with `msg`.
 pub fn invalid_argument(msg: impl Into<String>) -> PyErr {
     to_pyerr(StoreError::InvalidArgument(msg.into()))

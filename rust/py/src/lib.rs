@@ -1,6 +1,7 @@
 //! `rmqstore._rmqstore`: the PyO3 binding of `rmqstore-core`. Thin by design: argument
 //! extraction, GIL release around every file operation, result conversion and error mapping.
 
+mod args;
 mod buffer;
 mod errors;
 mod message;

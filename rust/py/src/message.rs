@@ -1,13 +1,15 @@
 //! `Message`, `MessageExt` and `PutMessageResult` as Python classes over the core types.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
 use rmqstore_core::message::{self as codec, property, HostAddr, PutMessageStatus};
 use rmqstore_core::read::{GetMessageResult as CoreGetMessageResult, GetMessageStatus};
 use rmqstore_core::util::now_millis;
 use rmqstore_core::{AppendResult, MessageExt as CoreMessageExt};
+
+use crate::args;
 
 /// Copies a bytes-like object (bytes, bytearray, memoryview, any buffer) into a vector.
 pub fn extract_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
@@ -18,16 +20,15 @@ pub fn extract_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
         return Ok(b.to_vec());
     }
     if obj.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err(format!(
-            "{what} must be bytes, not str (encode it first, e.g. text.encode())"
-        )));
+        return Err(crate::args::type_error(
+            what,
+            "bytes (encode the str first, e.g. text.encode())",
+            obj,
+        ));
     }
     match pyo3::buffer::PyBuffer::<u8>::get(obj) {
         Ok(buf) => buf.to_vec(obj.py()),
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "{what} must be bytes-like, not {}",
-            obj.get_type().name()?
-        ))),
+        Err(_) => Err(crate::args::type_error(what, "bytes-like", obj)),
     }
 }
 
@@ -37,8 +38,9 @@ pub fn keys_value(keys: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
     if keys.is_none() {
         return Ok(None);
     }
-    if let Ok(s) = keys.cast::<PyString>() {
-        let s = s.to_str()?;
+    let py = keys.py();
+    if keys.is_instance_of::<PyString>() {
+        let s = crate::args::text(keys, "keys")?;
         let joined = s
             .split(' ')
             .filter(|k| !k.is_empty())
@@ -47,20 +49,23 @@ pub fn keys_value(keys: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
         return Ok((!joined.is_empty()).then_some(joined));
     }
     let mut parts: Vec<String> = Vec::new();
-    for item in keys
+    let items = keys
         .try_iter()
-        .map_err(|_| PyTypeError::new_err("keys must be a string or an iterable of strings"))?
-    {
+        .map_err(|_| crate::args::type_error("keys", "a str or an iterable of str", keys))?;
+    for item in items {
         let item = item?;
-        let k: String = item
-            .extract()
-            .map_err(|_| PyTypeError::new_err("every key must be a str"))?;
+        let k = crate::args::text(&item, "every key")?;
         if k.is_empty() || k.contains(char::is_whitespace) {
-            return Err(PyValueError::new_err(format!(
-                "key {k:?} is empty or contains whitespace (keys are stored space-separated)"
-            )));
+            return Err(crate::args::invalid(
+                py,
+                "keys",
+                format!(
+                    "key {:?} is empty or contains white space (keys are stored space-separated)",
+                    &*k
+                ),
+            ));
         }
-        parts.push(k);
+        parts.push(k.to_string());
     }
     Ok((!parts.is_empty()).then(|| parts.join(" ")))
 }
@@ -73,22 +78,24 @@ pub fn build_properties(
 ) -> PyResult<Vec<(String, String)>> {
     let mut out: Vec<(String, String)> = Vec::new();
     if let Some(p) = properties.filter(|p| !p.is_none()) {
+        let py = p.py();
         let dict = p
             .cast::<PyDict>()
-            .map_err(|_| PyTypeError::new_err("properties must be a dict of str to str"))?;
+            .map_err(|_| crate::args::type_error("properties", "a dict of str to str", p))?;
         for (k, v) in dict.iter() {
-            let k: String = k
-                .extract()
-                .map_err(|_| PyTypeError::new_err("property names must be str"))?;
-            let v: String = v.extract().map_err(|_| {
-                PyTypeError::new_err(format!("property {k:?} must have a str value"))
-            })?;
-            if (k == property::TAGS && tags.is_some()) || (k == property::KEYS && keys.is_some()) {
-                return Err(PyValueError::new_err(format!(
-                    "{k} is given both as an argument and in properties"
-                )));
+            let name = format!("properties[{}]", k.repr()?);
+            let k = crate::args::text(&k, "properties (a name)")?;
+            let v = crate::args::text(&v, &name)?;
+            if (&*k == property::TAGS && tags.is_some())
+                || (&*k == property::KEYS && keys.is_some())
+            {
+                return Err(crate::args::invalid(
+                    py,
+                    "properties",
+                    format!("{} is given both as an argument and in properties", &*k),
+                ));
             }
-            out.push((k, v));
+            out.push((k.to_string(), v.to_string()));
         }
     }
     if let Some(t) = tags.filter(|t| !t.is_empty()) {
@@ -141,23 +148,26 @@ impl Message {
     #[pyo3(signature = (topic, body, *, tags=None, keys=None, properties=None, flag=0, queue_id=0, born_timestamp=None, born_host=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        topic: String,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
         body: &Bound<'_, PyAny>,
-        tags: Option<String>,
+        #[pyo3(from_py_with = args::tags)] tags: Option<PyBackedStr>,
         keys: Option<&Bound<'_, PyAny>>,
         properties: Option<&Bound<'_, PyAny>>,
-        flag: i32,
-        queue_id: i32,
-        born_timestamp: Option<i64>,
-        born_host: Option<String>,
+        #[pyo3(from_py_with = args::flag)] flag: i32,
+        #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
+        #[pyo3(from_py_with = args::born_timestamp)] born_timestamp: Option<i64>,
+        #[pyo3(from_py_with = args::born_host)] born_host: Option<PyBackedStr>,
     ) -> PyResult<Self> {
         let body = extract_bytes(body, "body")?;
         let keys = keys_value(keys)?;
         let properties = build_properties(tags.as_deref(), keys, properties)?;
-        let born_host = born_host.map(|h| parse_host(&h, "born_host")).transpose()?;
+        let born_host = born_host
+            .as_deref()
+            .map(|h| parse_host(h, "born_host"))
+            .transpose()?;
         Ok(Message {
             inner: codec::Message {
-                topic,
+                topic: topic.to_string(),
                 body,
                 queue_id,
                 flag,

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use rmqstore_core::commitlog::Batch;
 use rmqstore_core::message::HostAddr;
@@ -15,6 +15,7 @@ use rmqstore_core::read::{TagFilter, TimeBoundary};
 use rmqstore_core::util::now_millis;
 use rmqstore_core::{FlushDiskType, MessageStore, StoreConfig};
 
+use crate::args;
 use crate::buffer::ColumnBuffer;
 use crate::errors::{invalid_argument, IntoPyResult};
 use crate::message::{
@@ -105,7 +106,7 @@ impl<'py> Bodies<'py> {
     fn gather(bodies: &Bound<'py, PyAny>) -> PyResult<Self> {
         let iter = bodies
             .try_iter()
-            .map_err(|_| PyTypeError::new_err("bodies must be an iterable of bytes"))?;
+            .map_err(|_| args::type_error("bodies", "an iterable of bytes", bodies))?;
         let mut items = Vec::with_capacity(bodies.len().unwrap_or(0));
         for item in iter {
             let item = item?;
@@ -254,20 +255,23 @@ impl Store {
     fn put_messages(
         &self,
         py: Python<'_>,
-        topic: String,
-        queue_id: i32,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
         bodies: &Bound<'_, PyAny>,
-        tags: Option<String>,
+        #[pyo3(from_py_with = args::tags)] tags: Option<PyBackedStr>,
         keys: Option<&Bound<'_, PyAny>>,
         properties: Option<&Bound<'_, PyAny>>,
-        flag: i32,
-        born_timestamp: Option<i64>,
-        born_host: Option<String>,
+        #[pyo3(from_py_with = args::flag)] flag: i32,
+        #[pyo3(from_py_with = args::born_timestamp)] born_timestamp: Option<i64>,
+        #[pyo3(from_py_with = args::born_host)] born_host: Option<PyBackedStr>,
     ) -> PyResult<PutMessageResult> {
+        let topic: &str = &topic;
+        let tags: Option<&str> = tags.as_deref();
+        let born_host: Option<&str> = born_host.as_deref();
         let keys = keys_value(keys)?;
-        let props = build_properties(tags.as_deref(), keys, properties)?;
+        let props = build_properties(tags, keys, properties)?;
         let born_host = born_host
-            .map(|h| crate::message::parse_host(&h, "born_host"))
+            .map(|h| crate::message::parse_host(h, "born_host"))
             .transpose()?;
         let bodies = Bodies::gather(bodies)?;
         let slices = bodies.slices();
@@ -276,7 +280,7 @@ impl Store {
         let r = py
             .detach(|| {
                 store.put_messages(&Batch {
-                    topic: &topic,
+                    topic,
                     queue_id,
                     bodies: &slices,
                     properties: &props,
@@ -292,7 +296,11 @@ impl Store {
         })
     }
 
-    fn look_message_by_offset(&self, py: Python<'_>, offset: i64) -> PyResult<Option<MessageExt>> {
+    fn look_message_by_offset(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::offset)] offset: i64,
+    ) -> PyResult<Option<MessageExt>> {
         let m = self.run(py, |s| s.look_message_by_offset(offset))?;
         Ok(m.map(|inner| MessageExt { inner }))
     }
@@ -388,11 +396,19 @@ impl Store {
         self.run(py, |s| s.flush_consume_queues(least_pages))
     }
 
-    fn is_offset_aligned(&self, py: Python<'_>, offset: i64) -> PyResult<bool> {
+    fn is_offset_aligned(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::offset)] offset: i64,
+    ) -> PyResult<bool> {
         self.run(py, |s| s.is_offset_aligned(offset))
     }
 
-    fn truncate_files(&self, py: Python<'_>, offset: i64) -> PyResult<bool> {
+    fn truncate_files(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::offset)] offset: i64,
+    ) -> PyResult<bool> {
         self.run(py, |s| s.truncate_files(offset))
     }
 
@@ -418,18 +434,21 @@ impl Store {
 
     // -- reads ------------------------------------------------------------------------------
 
-    #[pyo3(signature = (group, topic, queue_id, offset, max_msg_nums=32, subscription="*"))]
+    #[pyo3(signature = (group, topic, queue_id, offset, max_msg_nums=32, subscription=None))]
     #[allow(clippy::too_many_arguments)]
     fn get_message(
         &self,
         py: Python<'_>,
-        group: &str,
-        topic: &str,
-        queue_id: i32,
-        offset: i64,
-        max_msg_nums: i32,
-        subscription: Option<&str>,
+        #[pyo3(from_py_with = args::group)] group: PyBackedStr,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
+        #[pyo3(from_py_with = args::offset)] offset: i64,
+        #[pyo3(from_py_with = args::max_msg_nums)] max_msg_nums: i32,
+        #[pyo3(from_py_with = args::subscription)] subscription: Option<PyBackedStr>,
     ) -> PyResult<GetMessageResult> {
+        let group: &str = &group;
+        let topic: &str = &topic;
+        let subscription: Option<&str> = subscription.as_deref();
         let _ = group; // RocketMQ uses the group for statistics only.
         let filter = TagFilter::parse(subscription.unwrap_or("*"));
         let r = self.run(py, |s| {
@@ -442,12 +461,14 @@ impl Store {
     fn query_message(
         &self,
         py: Python<'_>,
-        topic: &str,
-        key: &str,
-        max_num: usize,
-        begin_timestamp: i64,
-        end_timestamp: Option<i64>,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::key)] key: PyBackedStr,
+        #[pyo3(from_py_with = args::max_num)] max_num: usize,
+        #[pyo3(from_py_with = args::begin_timestamp)] begin_timestamp: i64,
+        #[pyo3(from_py_with = args::end_timestamp)] end_timestamp: Option<i64>,
     ) -> PyResult<Vec<MessageExt>> {
+        let topic: &str = &topic;
+        let key: &str = &key;
         self.query_index(
             py,
             topic,
@@ -463,12 +484,14 @@ impl Store {
     fn query_message_by_tag(
         &self,
         py: Python<'_>,
-        topic: &str,
-        tag: &str,
-        max_num: usize,
-        begin_timestamp: i64,
-        end_timestamp: Option<i64>,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::tag)] tag: PyBackedStr,
+        #[pyo3(from_py_with = args::max_num)] max_num: usize,
+        #[pyo3(from_py_with = args::begin_timestamp)] begin_timestamp: i64,
+        #[pyo3(from_py_with = args::end_timestamp)] end_timestamp: Option<i64>,
     ) -> PyResult<Vec<MessageExt>> {
+        let topic: &str = &topic;
+        let tag: &str = &tag;
         self.query_index(
             py,
             topic,
@@ -480,30 +503,44 @@ impl Store {
         )
     }
 
-    fn get_max_offset_in_queue(&self, py: Python<'_>, topic: &str, queue_id: i32) -> PyResult<i64> {
+    fn get_max_offset_in_queue(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
+    ) -> PyResult<i64> {
+        let topic: &str = &topic;
         self.run(py, |s| s.max_offset_in_queue(topic, queue_id))
     }
 
-    fn get_min_offset_in_queue(&self, py: Python<'_>, topic: &str, queue_id: i32) -> PyResult<i64> {
+    fn get_min_offset_in_queue(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
+    ) -> PyResult<i64> {
+        let topic: &str = &topic;
         self.run(py, |s| s.min_offset_in_queue(topic, queue_id))
     }
 
     fn get_message_total_in_queue(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queue_id: i32,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
     ) -> PyResult<i64> {
+        let topic: &str = &topic;
         self.run(py, |s| s.message_total_in_queue(topic, queue_id))
     }
 
     fn get_commit_log_offset_in_queue(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queue_id: i32,
-        consume_queue_offset: i64,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
+        #[pyo3(from_py_with = args::consume_queue_offset)] consume_queue_offset: i64,
     ) -> PyResult<i64> {
+        let topic: &str = &topic;
         self.run(py, |s| {
             s.commit_log_offset_in_queue(topic, queue_id, consume_queue_offset)
         })
@@ -512,10 +549,11 @@ impl Store {
     fn get_message_store_timestamp(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queue_id: i32,
-        consume_queue_offset: i64,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
+        #[pyo3(from_py_with = args::consume_queue_offset)] consume_queue_offset: i64,
     ) -> PyResult<i64> {
+        let topic: &str = &topic;
         self.run(py, |s| {
             s.message_store_timestamp(topic, queue_id, consume_queue_offset)
         })
@@ -524,21 +562,24 @@ impl Store {
     fn get_earliest_message_time(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queue_id: i32,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
     ) -> PyResult<i64> {
+        let topic: &str = &topic;
         self.run(py, |s| s.earliest_message_time(topic, queue_id))
     }
 
-    #[pyo3(signature = (topic, queue_id, timestamp, boundary="lower"))]
+    #[pyo3(signature = (topic, queue_id, timestamp, boundary=None))]
     fn get_offset_in_queue_by_time(
         &self,
         py: Python<'_>,
-        topic: &str,
-        queue_id: i32,
-        timestamp: i64,
-        boundary: &str,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
+        #[pyo3(from_py_with = args::timestamp)] timestamp: i64,
+        #[pyo3(from_py_with = args::boundary)] boundary: Option<PyBackedStr>,
     ) -> PyResult<i64> {
+        let topic: &str = &topic;
+        let boundary: &str = boundary.as_deref().unwrap_or("lower");
         let boundary = match boundary.to_ascii_lowercase().as_str() {
             "lower" => TimeBoundary::Lower,
             "upper" => TimeBoundary::Upper,
@@ -560,13 +601,14 @@ impl Store {
     fn read_batch_buffers<'py>(
         &self,
         py: Python<'py>,
-        topic: &str,
-        queue_id: i32,
-        offset: i64,
-        max_msgs: usize,
-        include_properties: bool,
-        decompress: Option<bool>,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
+        #[pyo3(from_py_with = args::offset)] offset: i64,
+        #[pyo3(from_py_with = args::max_msgs)] max_msgs: usize,
+        #[pyo3(from_py_with = args::include_properties)] include_properties: bool,
+        #[pyo3(from_py_with = args::decompress)] decompress: Option<bool>,
     ) -> PyResult<(usize, i64, Bound<'py, PyDict>)> {
+        let topic: &str = &topic;
         let cols = self.run(py, |s| {
             s.read_batch(
                 topic,
@@ -589,7 +631,12 @@ impl Store {
         self.run(py, |s| s.topics())
     }
 
-    fn queue_ids(&self, py: Python<'_>, topic: &str) -> PyResult<Vec<i32>> {
+    fn queue_ids(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+    ) -> PyResult<Vec<i32>> {
+        let topic: &str = &topic;
         self.run(py, |s| s.queue_ids(topic))
     }
 
@@ -601,8 +648,14 @@ impl Store {
         self.run(py, |s| s.min_phy_offset())
     }
 
-    fn next_queue_offset(&self, py: Python<'_>, topic: String, queue_id: i32) -> PyResult<i64> {
-        self.run(py, |s| s.next_queue_offset(&topic, queue_id))
+    fn next_queue_offset(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
+    ) -> PyResult<i64> {
+        let topic: &str = &topic;
+        self.run(py, |s| s.next_queue_offset(topic, queue_id))
     }
 
     fn flush(&self, py: Python<'_>) -> PyResult<i64> {
