@@ -26,11 +26,12 @@ $(DEPS): requirements-dev.txt | $(BIN)/python
 # installed package, never the source tree. One abi3 wheel serves CPython 3.11 and later; zig
 # (the ziglang package of requirements-dev.txt, found as `python3 -m ziglang` on PATH) links it
 # against glibc $(MANYLINUX)'s symbols whatever this machine's glibc is; the release profile
-# strips it. `--sdist` first builds the sdist, then the wheel from that sdist unpacked
-# elsewhere, so a file the sdist lacks fails here.
+# strips it. The sdist goes beside it (tests/test_wheel.py builds a wheel from it alone; the
+# wheel here is built from the tree, so a change to Python files alone needs no Rust rebuild).
 $(WHEEL): $(DEPS) $(SOURCES)
 	rm -rf dist
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/maturin build --release --sdist --quiet --out dist \
+	$(BIN)/maturin sdist --out dist
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/maturin build --release --quiet --out dist \
 		--interpreter $(BIN)/python --zig --compatibility $(MANYLINUX)
 	$(BIN)/python -m pip install --quiet --force-reinstall --no-deps dist/rmqstore-*.whl
 	touch $@
