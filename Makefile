@@ -7,8 +7,10 @@ BIN    := $(VENV)/bin
 DEPS   := $(VENV)/.deps-installed
 WHEEL  := $(VENV)/.wheel-installed
 STORE  ?= ./demo-store
-# Rust and Python sources that go into the wheel.
-SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name 'Cargo.toml' \) 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
+# Rust and Python sources that go into the wheel and the sdist.
+SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name 'Cargo.toml' \) 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml README.md
+# The platform tag of the wheel: glibc 2.28 or later (RHEL 8, Debian 10, Ubuntu 20.04, ...).
+MANYLINUX := manylinux_2_28
 
 .PHONY: demo test wheel lint rust-test py-test bench bench-quick bench-interop fmt clean
 
@@ -20,11 +22,17 @@ $(DEPS): requirements-dev.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-# Build a release wheel and install it into the virtualenv: tests and the demo use the
-# installed package, never the source tree.
+# Build the wheel users install and install it into the virtualenv: tests and the demo use the
+# installed package, never the source tree. One abi3 wheel serves CPython 3.11 and later; zig
+# (the ziglang package of requirements-dev.txt, found as `python3 -m ziglang` on PATH) links it
+# against glibc $(MANYLINUX)'s symbols whatever this machine's glibc is; the release profile
+# strips it. The sdist goes beside it (tests/test_wheel.py builds a wheel from it alone; the
+# wheel here is built from the tree, so a change to Python files alone needs no Rust rebuild).
 $(WHEEL): $(DEPS) $(SOURCES)
 	rm -rf dist
-	$(BIN)/maturin build --release --quiet --out dist --interpreter $(BIN)/python
+	$(BIN)/maturin sdist --out dist
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/maturin build --release --quiet --out dist \
+		--interpreter $(BIN)/python --zig --compatibility $(MANYLINUX)
 	$(BIN)/python -m pip install --quiet --force-reinstall --no-deps dist/rmqstore-*.whl
 	touch $@
 

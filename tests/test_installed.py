@@ -27,6 +27,8 @@ def test_package_and_extension_come_from_site_packages() -> None:
     assert package == site_packages / "rmqstore" / "__init__.py"
     assert extension.parent == platlib / "rmqstore"
     assert extension.suffix == ".so"
+    # The one abi3 extension of the wheel, for CPython 3.11 and later (tests/test_wheel.py).
+    assert extension.name == "_rmqstore.abi3.so"
     for path in (package, extension):
         assert not path.is_relative_to(REPO / "python"), path
 
