@@ -485,6 +485,15 @@ impl MessageStore {
         crate::fork::generation() != self.fork_generation
     }
 
+    /// `Err` in a forked child of the process that opened the store (see
+    /// [`MessageStore::is_forked_copy`]), with the message every call gives there.
+    pub fn check_not_forked(&self) -> Result<()> {
+        if self.is_forked_copy() {
+            return Err(self.forked_error());
+        }
+        Ok(())
+    }
+
     fn forked_error(&self) -> StoreError {
         StoreError::ForkedCopy(format!(
             "the store {} was opened by process {} before this process forked from it: a \
@@ -496,9 +505,7 @@ impl MessageStore {
     }
 
     fn with_open<T>(&self, f: impl FnOnce(&Open) -> T) -> Result<T> {
-        if self.is_forked_copy() {
-            return Err(self.forked_error());
-        }
+        self.check_not_forked()?;
         let guard = self.state.read().unwrap_or_else(|p| p.into_inner());
         match guard.as_ref() {
             Some(open) => Ok(f(open)),

@@ -164,15 +164,7 @@ impl Store {
 
     /// Refuses calls in a forked child of the process that opened the store.
     fn usable(&self) -> PyResult<()> {
-        if self.inner.is_forked_copy() {
-            // The same error every core call gives there.
-            return Err(crate::errors::to_pyerr(
-                self.inner.recovery_report().err().unwrap_or_else(|| {
-                    rmqstore_core::StoreError::ForkedCopy("a forked copy".to_owned())
-                }),
-            ));
-        }
-        Ok(())
+        self.inner.check_not_forked().into_py_result()
     }
 
     /// `query_message` (by key) or `query_message_by_tag`.
