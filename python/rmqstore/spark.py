@@ -51,10 +51,17 @@ Read options (names as Spark's Kafka source where they mean the same; case does 
     A :class:`rmqstore.StoreConfig` setting the store was written with, e.g.
     ``store.mapped_file_size_commit_log``; segment sizes must be the writer's.
 
-Batch reads push filters on topic and queue_id (partition pruning), tags (applied while reading)
-and store_timestamp ranges (narrowing the offsets to read; Spark still checks these rows) when
-``spark.sql.python.filterPushdown.enabled`` is true; with that setting false, the source reads
-without pushdown.
+The source takes no filter: ``where`` conditions select rows after the read, with or without
+``spark.sql.python.filterPushdown.enabled``. Spark 4.1 to 4.3 keep the read that a Python source
+plans for pushed filters on the DataFrame's data source, and reuse it for the DataFrame's later
+queries that push no filter and for its other scans in the same query, so a source that used
+them would answer ``df.count()`` after ``df.where(...)`` with the filtered rows. To read less,
+select with the options: ``topics`` / ``topicPattern`` / ``assign`` pick queues, and
+``startingOffsets`` / ``endingOffsets`` / ``startingTimestamp`` / ``endingTimestamp`` bound
+the offsets. Spark plans a DataFrame's read once and reuses the plan, so its later queries
+read the store as it was then; a query with a condition Spark offers the source (pushdown on)
+plans it again, and the queries after it reuse that plan. Load the store again for newer
+messages.
 
 Writes (:class:`RmqStoreWriter`) take the columns topic, body and optionally queue_id, tags,
 keys and properties; only the ``append`` mode is accepted.
@@ -64,7 +71,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import json
 import logging
 import math
@@ -83,14 +89,7 @@ from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamReader,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
     InputPartition,
-    LessThan,
-    LessThanOrEqual,
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
@@ -125,7 +124,6 @@ __all__ = [
     "QueueRange",
     "RangeGroup",
     "RmqStoreDataSource",
-    "RmqStorePushdownReader",
     "RmqStoreReader",
     "RmqStoreStreamReader",
     "RmqStoreWriter",
@@ -655,28 +653,10 @@ def _arrow_schema(schema: StructType) -> pa.Schema:
 
 
 def _read_range(
-    opts: _ReadOptions,
-    target: pa.Schema,
-    part: QueueRange,
-    tags: tuple[str, ...] | None,
+    opts: _ReadOptions, target: pa.Schema, part: QueueRange
 ) -> Iterator[pa.RecordBatch]:
     """Yields the rows of ``part`` as batches of the Spark schema ``target``."""
-    import pyarrow as pa
-
-    tag_set = pa.array(sorted(tags), pa.string()) if tags is not None else None
     store = _open_for_read(opts.path, opts.settings)
-    yield from _range_batches(store, opts, target, part, tag_set)
-
-
-def _range_batches(
-    store: MessageStore,
-    opts: _ReadOptions,
-    target: pa.Schema,
-    part: QueueRange,
-    tag_set: pa.Array | None,
-) -> Iterator[pa.RecordBatch]:
-    import pyarrow.compute as pc
-
     offset = part.start
     while offset < part.end:
         low = store.get_min_offset_in_queue(part.topic, part.queue_id)
@@ -697,50 +677,17 @@ def _range_batches(
                 f"{offset} (readable offsets [{low}, {high})), planned up to {part.end}"
             )
         offset = batch.column("queue_offset")[-1].as_py() + 1
-        if tag_set is not None:
-            batch = batch.filter(pc.is_in(batch.column("tags"), value_set=tag_set))
-            if batch.num_rows == 0:
-                continue
         yield batch.select(target.names).cast(target)
-
-
-@dataclasses.dataclass
-class _Pushed:
-    """What pushed filters allow: None = anything."""
-
-    topics: set[str] | None = None
-    queue_ids: set[int] | None = None
-    tags: set[str] | None = None
-    ts_from: int | None = None  # ms, inclusive
-    ts_until: int | None = None  # ms, exclusive
-
-
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-
-
-def _micros(value: object) -> int | None:
-    if isinstance(value, datetime.datetime) and value.tzinfo is not None:
-        return (value - _EPOCH) // datetime.timedelta(microseconds=1)
-    return None
-
-
-def _values(f: Filter, kind: type) -> set[Any] | None:
-    """The values an EqualTo / In filter allows, if all are of ``kind``."""
-    if isinstance(f, EqualTo):
-        vals = [f.value]
-    elif isinstance(f, In):
-        vals = [v for v in f.value if v is not None]
-    else:
-        return None
-    if all(isinstance(v, kind) and not isinstance(v, bool) for v in vals):
-        return set(vals)
-    return None
 
 
 class RmqStoreReader(DataSourceReader):
     """Batch reader: one partition per queue offset range; see the module docstring.
 
-    ``pushed`` holds what pushed filters allow (:class:`RmqStorePushdownReader` fills it)."""
+    It takes no filter (Spark applies every ``where``): Spark 4.1 to 4.3 keep the read that a
+    source plans after ``pushFilters`` on the DataFrame's data source and reuse it for the
+    DataFrame's later scans that push no filter, and for its other scans in the same query,
+    so any filter the reader used would change the rows of queries that do not have it.
+    """
 
     def __init__(self, opts: _ReadOptions, schema: StructType) -> None:
         self.opts = opts
@@ -748,20 +695,15 @@ class RmqStoreReader(DataSourceReader):
         unknown = set(self.target.names) - set(source_schema(True).fieldNames())
         if unknown:
             raise _bad_option(f"columns {sorted(unknown)} are not columns of the source")
-        self.pushed = _Pushed()
 
     def partitions(self) -> list[InputPartition]:
-        opts, p = self.opts, self.pushed
+        opts = self.opts
         store = _open_for_read(opts.path, opts.settings)
         queues = _selected_queues(store, opts)
         _check_json_topics("startingOffsets", opts.starting, queues)
         _check_json_topics("endingOffsets", opts.ending, queues)
         ranges = []
         for topic, qid in queues:
-            if p.topics is not None and topic not in p.topics:
-                continue
-            if p.queue_ids is not None and qid not in p.queue_ids:
-                continue
             low = store.get_min_offset_in_queue(topic, qid)
             high = store.get_max_offset_in_queue(topic, qid)
             start = _starting_offset(
@@ -779,52 +721,13 @@ class RmqStoreReader(DataSourceReader):
                 raise _bad_option(f"endingOffsets {end} of {topic}/{qid} is past its end {high}")
             if start < low:
                 start = _data_loss(opts, topic, qid, start, low)
-            if p.ts_from is not None:
-                start = max(start, store.get_offset_in_queue_by_time(topic, qid, p.ts_from))
-            if p.ts_until is not None:
-                end = min(end, store.get_offset_in_queue_by_time(topic, qid, p.ts_until))
             if end > start:
                 ranges.append(QueueRange(topic, qid, start, end))
         return _plan(ranges, opts)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        tags = tuple(sorted(self.pushed.tags)) if self.pushed.tags is not None else None
         for part in _task_ranges(partition):
-            yield from _read_range(self.opts, self.target, part, tags)
-
-
-class RmqStorePushdownReader(RmqStoreReader):
-    """The batch reader with ``pushFilters``, used when Spark plans with filter pushdown
-    (Spark refuses a reader that has it while ``spark.sql.python.filterPushdown.enabled`` is
-    false)."""
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's name
-        """Takes topic / queue_id equality and IN (pruning, exact) and tags equality and IN
-        (applied while reading, exact); store_timestamp ranges only narrow the offsets, so
-        those are returned for Spark to check too, with everything else."""
-        p = self.pushed
-        for f in filters:
-            column = getattr(f, "attribute", None)
-            if column == ("topic",) and (vals := _values(f, str)) is not None:
-                p.topics = vals if p.topics is None else p.topics & vals
-                continue
-            if column == ("queue_id",) and (vals := _values(f, int)) is not None:
-                p.queue_ids = vals if p.queue_ids is None else p.queue_ids & vals
-                continue
-            if column == ("tags",) and (vals := _values(f, str)) is not None:
-                p.tags = vals if p.tags is None else p.tags & vals
-                continue
-            if column == ("store_timestamp",):
-                us = _micros(getattr(f, "value", None))
-                if us is not None:
-                    # Bounds in ms that keep every row the filter keeps (Spark re-checks).
-                    if isinstance(f, GreaterThan | GreaterThanOrEqual | EqualTo):
-                        lo = us // 1000
-                        p.ts_from = lo if p.ts_from is None else max(p.ts_from, lo)
-                    if isinstance(f, LessThan | LessThanOrEqual | EqualTo):
-                        hi = us // 1000 + 1
-                        p.ts_until = hi if p.ts_until is None else min(p.ts_until, hi)
-            yield f
+            yield from _read_range(self.opts, self.target, part)
 
 
 # -- streaming -------------------------------------------------------------------------------
@@ -939,7 +842,7 @@ class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         for part in _task_ranges(partition):
-            yield from _read_range(self.opts, self.target, part, None)
+            yield from _read_range(self.opts, self.target, part)
 
     def commit(self, end: QueueOffsets) -> None:
         group = self.opts.consumer_group
@@ -1216,14 +1119,7 @@ class RmqStoreDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = _parse_read_options(self.options, streaming=False)
         _check_is_store(opts.path)
-        # Spark plans a read with pushdown in its data_source_pushdown_filters worker, which
-        # calls pushFilters; plan_data_source_read (pushdown off, or no filter to push) refuses
-        # a reader that overrides pushFilters while spark.sql.python.filterPushdown.enabled is
-        # false. So the reader has pushFilters only where Spark will call it.
-        caller = os.path.basename(sys._getframe(1).f_code.co_filename)
-        if caller == "plan_data_source_read.py":
-            return RmqStoreReader(opts, schema)
-        return RmqStorePushdownReader(opts, schema)
+        return RmqStoreReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         opts = _parse_read_options(self.options, streaming=True)
