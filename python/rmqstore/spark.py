@@ -12,7 +12,8 @@ Reads open the store read-only (one :class:`MessageStore` per worker process, sh
 tasks), so they see every dispatched message and run beside a process writing the store; a
 folder without a store is an error, never created. Rows have the columns topic, queue_id,
 queue_offset, commit_log_offset, store_timestamp, born_timestamp, tags, keys, properties (only
-with ``includeProperties=true``) and body.
+with ``includeProperties=true``) and body; a schema given with ``.schema(...)`` may leave
+columns out, and gives each column it has the type of :func:`source_schema`.
 
 Read options (names as Spark's Kafka source where they mean the same; case does not matter):
 
@@ -51,26 +52,44 @@ Read options (names as Spark's Kafka source where they mean the same; case does 
     A :class:`rmqstore.StoreConfig` setting the store was written with, e.g.
     ``store.mapped_file_size_commit_log``; segment sizes must be the writer's.
 
-Batch reads push filters on topic and queue_id (partition pruning), tags (applied while reading)
-and store_timestamp ranges (narrowing the offsets to read; Spark still checks these rows) when
-``spark.sql.python.filterPushdown.enabled`` is true; with that setting false, the source reads
-without pushdown.
+Bad options fail when Spark plans the query, with an :class:`rmqstore.errors.InvalidArgumentError`
+(a ``ValueError``; :class:`~rmqstore.errors.ArgumentOverflowError`, also an ``OverflowError``,
+for a number out of range; :class:`~rmqstore.errors.StoreConfigError` for a bad ``store.``
+value) whose message names the option; Spark reports it inside its own exception (an
+``AnalysisException`` for batch reads). Numbers are ASCII digits and fit a signed 64-bit
+integer (``minPartitions`` and queue ids a 32-bit one); JSON options take each key once. A
+``topicPattern`` has at most :data:`MAX_PATTERN_LENGTH` characters, and a child process matches
+it against the topic names, so a regex that backtracks catastrophically fails after
+:data:`PATTERN_TIMEOUT` seconds instead of hanging the query.
+
+The source takes no filter: ``where`` conditions select rows after the read, with or without
+``spark.sql.python.filterPushdown.enabled``. Spark 4.1 to 4.3 keep the read that a Python source
+plans for pushed filters on the DataFrame's data source, and reuse it for the DataFrame's later
+queries that push no filter and for its other scans in the same query, so a source that used
+them would answer ``df.count()`` after ``df.where(...)`` with the filtered rows. To read less,
+select with the options: ``topics`` / ``topicPattern`` / ``assign`` pick queues, and
+``startingOffsets`` / ``endingOffsets`` / ``startingTimestamp`` / ``endingTimestamp`` bound
+the offsets. Spark plans a DataFrame's read once and reuses the plan, so its later queries
+read the store as it was then; a query with a condition Spark offers the source (pushdown on)
+plans it again, and the queries after it reuse that plan. Load the store again for newer
+messages.
 
 Writes (:class:`RmqStoreWriter`) take the columns topic, body and optionally queue_id, tags,
-keys and properties; only the ``append`` mode is accepted.
+keys and properties; only the ``append`` mode is accepted. A row with a null topic or body, or
+a queue_id outside 0 to 2^31 - 1, fails its write task, so the job appends nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import json
 import logging
 import math
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 import uuid
@@ -83,14 +102,7 @@ from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamReader,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
     InputPartition,
-    LessThan,
-    LessThanOrEqual,
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
@@ -115,7 +127,13 @@ from pyspark.sql.types import (
 )
 
 from .config import StoreConfig
-from .errors import InvalidArgumentError, RmqStoreError, StoreLockedError
+from .errors import (
+    ArgumentOverflowError,
+    InvalidArgumentError,
+    RmqStoreError,
+    StoreConfigError,
+    StoreLockedError,
+)
 from .store import MessageStore
 
 if TYPE_CHECKING:
@@ -125,7 +143,6 @@ __all__ = [
     "QueueRange",
     "RangeGroup",
     "RmqStoreDataSource",
-    "RmqStorePushdownReader",
     "RmqStoreReader",
     "RmqStoreStreamReader",
     "RmqStoreWriter",
@@ -146,6 +163,14 @@ DEFAULT_QUEUES = 8
 ABORT_GRACE_SECONDS = 3.0
 #: Folder, inside the store folder, where write tasks stage their rows.
 STAGING_DIR = "spark-staging"
+#: Longest ``topicPattern``, in characters.
+MAX_PATTERN_LENGTH = 64 * 1024
+#: Seconds a ``topicPattern`` may take to match the topic names of a store (a child process
+#: matches them, and is killed after this long).
+PATTERN_TIMEOUT = 10.0
+
+_I32_MAX = 2**31 - 1
+_I64_MAX = 2**63 - 1
 
 _OFFSETS_EXAMPLE = '{"TopicA":{"0":23,"1":-1},"TopicB":{"0":-2}}'
 _EARLIEST = -2
@@ -212,11 +237,52 @@ def source_schema(include_properties: bool = False) -> StructType:
     return StructType(fields)
 
 
+def _check_read_schema(schema: StructType, opts: _ReadOptions) -> StructType:
+    """``schema`` if a read can fill it: a user's ``.schema(...)`` may leave columns out, but
+    each column it has is a source column, once, of the source's type."""
+    source = {f.name: f.dataType for f in source_schema(True).fields}
+    names = schema.fieldNames()
+    unknown = [n for n in names if n not in source]
+    if unknown:
+        raise _bad_option(f"columns {sorted(unknown)} are not columns of the source")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise _bad_option(f"the schema has the columns {twice} more than once")
+    for field in schema.fields:
+        have, want = field.dataType.simpleString(), source[field.name].simpleString()
+        if have != want:
+            raise _bad_option(
+                f"the schema gives column {field.name!r} the type {have}; the source reads it "
+                f"as {want} (declare it so, and cast it after loading)"
+            )
+    if "properties" in names and not opts.include_properties:
+        raise _bad_option(
+            "the schema has a 'properties' column: set includeProperties=true to read it"
+        )
+    return schema
+
+
 # -- options ---------------------------------------------------------------------------------
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _show(text: str, limit: int = 60) -> str:
+    """``text`` quoted for a message, cut after ``limit`` characters."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def _describe(value: object) -> str:
+    """A JSON value for a message (a type name for containers, which may be huge)."""
+    if value is None or isinstance(value, bool | int | float):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return _show(value, 30)
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def _parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -225,21 +291,45 @@ def _parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
         return default
     value = text.strip().lower()
     if value not in {"true", "false"}:
-        raise _bad_option(f"{_spell(name)} must be 'true' or 'false', got {text!r}")
+        raise _bad_option(f"{_spell(name)} must be 'true' or 'false', got {_show(text)}")
     return value == "true"
 
 
-def _parse_int(options: Mapping[str, str], name: str, minimum: int) -> int | None:
+# ASCII digits only: int() also takes '1_000' and other scripts' digits.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def _to_int(what: str, text: str, minimum: int, maximum: int) -> int:
+    """``text`` (an integer, blanks around it allowed) in [minimum, maximum]:
+    :class:`ArgumentOverflowError` past a signed 64-bit integer or ``maximum``,
+    :class:`InvalidArgumentError` for anything else, each naming ``what``."""
+    s = text.strip()
+    if not _INTEGER.fullmatch(s):
+        raise _bad_option(f"{what} must be an integer, got {_show(text)}")
+    digits = s.lstrip("+-").lstrip("0")
+    # More than 19 digits is past 64 bits (and int() of a long string is slow, or refused).
+    value = int(s) if len(digits) <= 19 else None
+    if value is not None and minimum <= value <= maximum:
+        return value
+    if value is not None and -_I64_MAX - 1 <= value < minimum:
+        raise _bad_option(f"{what} must be >= {minimum}, got {value}")
+    if value is None:
+        sign = "negative " if s.startswith("-") else ""
+        shown = f"a {sign}number of {len(digits)} digits"
+    else:
+        shown = str(value)
+    raise ArgumentOverflowError(
+        f"rmqstore data source: {what} must be between {minimum} and {maximum}, got {shown}"
+    )
+
+
+def _parse_int(
+    options: Mapping[str, str], name: str, minimum: int, maximum: int = _I64_MAX
+) -> int | None:
     text = options.get(name)
     if text is None:
         return None
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise _bad_option(f"{_spell(name)} must be an integer, got {text!r}") from None
-    if value < minimum:
-        raise _bad_option(f"{_spell(name)} must be >= {minimum}, got {value}")
-    return value
+    return _to_int(_spell(name), text, minimum, maximum)
 
 
 def _store_settings(options: Mapping[str, str]) -> dict[str, Any]:
@@ -253,27 +343,73 @@ def _store_settings(options: Mapping[str, str]) -> dict[str, Any]:
         name = key[len(_STORE_PREFIX) :]
         if name not in fields:
             raise _bad_option(
-                f"option {key!r}: {name!r} is not a StoreConfig setting "
+                f"option {_show(key)}: {_show(name)} is not a StoreConfig setting "
                 f"(known: {', '.join(sorted(fields))})"
             )
         default = getattr(defaults, name)
         value: Any
-        try:
-            if isinstance(default, bool):
-                if text.strip().lower() not in {"true", "false"}:
-                    raise ValueError(text)
-                value = text.strip().lower() == "true"
-            elif isinstance(default, int):
-                value = int(text)
-            else:
-                value = text
-        except ValueError:
-            raise _bad_option(
-                f"option {key!r} must be a {type(default).__name__}, got {text!r}"
-            ) from None
+        if isinstance(default, bool):
+            if text.strip().lower() not in {"true", "false"}:
+                raise _bad_option(f"option {key!r} must be 'true' or 'false', got {_show(text)}")
+            value = text.strip().lower() == "true"
+        elif isinstance(default, int):
+            # StoreConfig checks each setting's own range below.
+            value = _to_int(f"option {key!r}", text, -_I64_MAX - 1, _I64_MAX)
+        elif not text:
+            raise _bad_option(f"option {key!r} is empty")
+        else:
+            value = text
         settings[name] = value
-    defaults.replace(**settings)  # checks the values: StoreConfigError names a bad one
+    try:
+        defaults.replace(**settings)
+    except StoreConfigError as exc:
+        option = f"store.{exc.setting}" if exc.setting else "store.<setting>"
+        raise type(exc)(f"rmqstore data source: option {option!r}: {exc}", exc.setting) from None
     return settings
+
+
+def _load_json(name: str, text: str, example: str) -> Any:
+    """The JSON option ``name``: a number past 64 bits raises :class:`ArgumentOverflowError`,
+    a key given twice, deep nesting or bad JSON :class:`InvalidArgumentError`, each naming the
+    option."""
+    what = _spell(name)
+
+    def number(digits: str) -> int:
+        if len(digits.lstrip("-")) <= 19:
+            value = int(digits)
+            if -_I64_MAX - 1 <= value <= _I64_MAX:
+                return value
+        raise ArgumentOverflowError(
+            f"rmqstore data source: {what}: the number {_show(digits, 24)} is out of the "
+            "range of a signed 64-bit integer"
+        )
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise _bad_option(f"{what} names {_show(key)} twice")
+            out[key] = value
+        return out
+
+    try:
+        return json.loads(text, parse_int=number, object_pairs_hook=unique)
+    except RecursionError:
+        raise _bad_option(
+            f"{what} is nested too deeply (a JSON value like {example} is expected)"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise _bad_option(f"{what} is not valid JSON ({exc}); expected e.g. {example}") from None
+
+
+def _queue_id(what: str, text: str, topic: str) -> int:
+    """A queue id written as a JSON key: ASCII digits, at most a 32-bit int."""
+    if not re.fullmatch(r"[0-9]{1,10}", text) or int(text) > _I32_MAX:
+        raise _bad_option(
+            f"{what}: queue id {_show(text, 30)} of topic {_show(topic, 30)} is not an "
+            f"integer from 0 to {_I32_MAX}"
+        )
+    return int(text)
 
 
 OffsetSpec = str | dict[str, dict[int, int]]
@@ -283,47 +419,89 @@ def _parse_offsets(name: str, text: str | None, default: str, *, ending: bool) -
     """``earliest`` / ``latest`` / ``{"T":{"0":23}}`` (-2 earliest, -1 latest)."""
     if text is None:
         return default
+    what = _spell(name)
     word = text.strip().lower()
     allowed = ("latest",) if ending else ("earliest", "latest")
     if word in allowed:
         return word
     if not text.strip().startswith("{"):
         raise _bad_option(
-            f"{_spell(name)} must be {' or '.join(repr(a) for a in allowed)} or JSON like "
-            f"{_OFFSETS_EXAMPLE}, got {text!r}"
+            f"{what} must be {' or '.join(repr(a) for a in allowed)} or JSON like "
+            f"{_OFFSETS_EXAMPLE}, got {_show(text)}"
         )
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _bad_option(
-            f"{_spell(name)} is not valid JSON ({exc}); expected e.g. {_OFFSETS_EXAMPLE}"
-        ) from None
+    raw = _load_json(name, text, _OFFSETS_EXAMPLE)
     result: dict[str, dict[int, int]] = {}
     if not isinstance(raw, dict):
-        raise _bad_option(f"{_spell(name)} must be a JSON object like {_OFFSETS_EXAMPLE}")
+        raise _bad_option(f"{what} must be a JSON object like {_OFFSETS_EXAMPLE}")
+    lowest = _LATEST if ending else _EARLIEST
+    hint = "-1 (latest) or an offset >= 0" if ending else "-2, -1 or an offset >= 0"
     for topic, queues in raw.items():
         if not isinstance(queues, dict):
             raise _bad_option(
-                f"{_spell(name)}: topic {topic!r} must map queue ids to offsets, "
-                f"e.g. {_OFFSETS_EXAMPLE}"
+                f"{what}: topic {_show(topic, 30)} must map queue ids to offsets, "
+                f"e.g. {_OFFSETS_EXAMPLE}; got {_describe(queues)}"
             )
         per_queue: dict[int, int] = {}
         for qid, offset in queues.items():
-            try:
-                queue_id = int(qid)
-            except ValueError:
-                raise _bad_option(
-                    f"{_spell(name)}: queue id {qid!r} of topic {topic!r} is not an integer"
-                ) from None
-            lowest = _LATEST if ending else _EARLIEST
+            queue_id = _queue_id(what, qid, topic)
+            if queue_id in per_queue:
+                raise _bad_option(f"{what} names queue {queue_id} of topic {_show(topic)} twice")
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < lowest:
-                hint = "-1 (latest) or an offset >= 0" if ending else "-2, -1 or an offset >= 0"
                 raise _bad_option(
-                    f"{_spell(name)}: offset {offset!r} of {topic}/{qid} must be {hint}"
+                    f"{what}: offset {_describe(offset)} of {_show(topic, 30)}/{qid} must be "
+                    + hint
                 )
             per_queue[queue_id] = offset
         result[topic] = per_queue
     return result
+
+
+_ASSIGN_EXAMPLE = '{"TopicA":[0,1]}'
+
+
+def _parse_assign(text: str) -> dict[str, tuple[int, ...]]:
+    """``{"TopicA":[0,1]}``: topics and the queue ids to read of each."""
+    raw = _load_json("assign", text, _ASSIGN_EXAMPLE)
+    if not isinstance(raw, dict) or not raw:
+        raise _bad_option(f"assign must be JSON like {_ASSIGN_EXAMPLE}, got {_show(text)}")
+    assign = {}
+    for topic, qids in raw.items():
+        if not isinstance(qids, list):
+            raise _bad_option(
+                f"assign must be JSON like {_ASSIGN_EXAMPLE}: topic {_show(topic, 30)} maps to "
+                f"{_describe(qids)}, not a list of queue ids"
+            )
+        for q in qids:
+            if isinstance(q, bool) or not isinstance(q, int) or not 0 <= q <= _I32_MAX:
+                raise _bad_option(
+                    f"assign must be JSON like {_ASSIGN_EXAMPLE}: queue id {_describe(q)} of "
+                    f"topic {_show(topic, 30)} is not an integer from 0 to {_I32_MAX}"
+                )
+        assign[topic] = tuple(sorted(set(qids)))
+    return assign
+
+
+def _check_pattern(pattern: str) -> None:
+    """A ``topicPattern`` that compiles, in bounded time (:func:`_matching_topics` bounds the
+    time matching takes)."""
+    if not pattern:
+        raise _bad_option("topicPattern is empty: give a regex that topic names fully match")
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise _bad_option(
+            f"topicPattern is {len(pattern)} characters long; at most {MAX_PATTERN_LENGTH}"
+        )
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise _bad_option(f"topicPattern {_show(pattern)} is not a valid regex: {exc}") from None
+    except RecursionError:
+        raise _bad_option(
+            f"topicPattern {_show(pattern)} is not a valid regex: it nests too deeply"
+        ) from None
+    except OverflowError as exc:
+        raise ArgumentOverflowError(
+            f"rmqstore data source: topicPattern {_show(pattern)} is not a valid regex: {exc}"
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,7 +532,7 @@ def _check_known(options: Mapping[str, str], known: set[str], what: str) -> None
         if key in _BATCH_OPTIONS | _STREAM_OPTIONS | _COMMON_READ_OPTIONS:
             raise _bad_option(f"option {_spell(key)!r} does not apply to {what}")
         raise _bad_option(
-            f"unknown option {key!r} for {what}; known: "
+            f"unknown option {_show(key)} for {what}; known: "
             f"{', '.join(sorted(_spell(k) for k in known))} and store.<StoreConfig setting>"
         )
 
@@ -370,7 +548,7 @@ def _check_is_store(path: str) -> None:
     """Reads never create a store: the folder must hold one (a ``commitlog`` folder)."""
     if not os.path.isdir(os.path.join(path, "commitlog")):
         raise _bad_option(
-            f"{path!r} is not an rmqstore store (no 'commitlog' folder in it); "
+            f"{_show(path, 200)} is not an rmqstore store (no 'commitlog' folder in it); "
             "give the folder a MessageStore or RocketMQ broker wrote"
         )
 
@@ -391,26 +569,8 @@ def _parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> _ReadOpti
             raise _bad_option("topics is empty: give a comma-separated list of topic names")
     pattern = options.get("topicpattern")
     if pattern is not None:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise _bad_option(f"topicPattern {pattern!r} is not a valid regex: {exc}") from None
-    assign: dict[str, tuple[int, ...]] | None = None
-    if "assign" in options:
-        bad = _bad_option(f'assign must be JSON like {{"TopicA":[0,1]}}, got {options["assign"]!r}')
-        try:
-            raw_assign = json.loads(options["assign"])
-        except json.JSONDecodeError:
-            raise bad from None
-        if not isinstance(raw_assign, dict) or not raw_assign:
-            raise bad
-        assign = {}
-        for topic, qids in raw_assign.items():
-            if not isinstance(qids, list) or not all(
-                isinstance(q, int) and not isinstance(q, bool) and q >= 0 for q in qids
-            ):
-                raise bad
-            assign[topic] = tuple(sorted(set(qids)))
+        _check_pattern(pattern)
+    assign = _parse_assign(options["assign"]) if "assign" in options else None
     starting = _parse_offsets(
         "startingoffsets",
         options.get("startingoffsets"),
@@ -425,12 +585,19 @@ def _parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> _ReadOpti
     end_ts = _parse_int(options, "endingtimestamp", 0)
     if start_ts is not None and end_ts is not None and start_ts > end_ts:
         raise _bad_option(f"startingTimestamp {start_ts} is after endingTimestamp {end_ts}")
-    min_partitions = _parse_int(options, "minpartitions", 1)
+    # Spark numbers a scan's partitions with 32-bit ints.
+    min_partitions = _parse_int(options, "minpartitions", 1, _I32_MAX)
     rows_per_partition = _parse_int(options, "rowsperpartition", 1)
     max_per_trigger = _parse_int(options, "maxoffsetspertrigger", 1)
     group = options.get("consumergroup")
-    if group is not None and not group.strip():
-        raise _bad_option("consumerGroup is empty")
+    if group is not None:
+        if not group.strip():
+            raise _bad_option("consumerGroup is empty")
+        if "@" in group:
+            raise _bad_option(
+                f"consumerGroup {_show(group)} contains '@', which separates topic and group "
+                "in config/consumerOffset.json"
+            )
     return _ReadOptions(
         path=path,
         settings=_store_settings(options),
@@ -498,11 +665,70 @@ def _selected_queues(store: MessageStore, opts: _ReadOptions) -> list[tuple[str,
             )
         topics = sorted(set(opts.topics))
     elif opts.topic_pattern is not None:
-        rx = re.compile(opts.topic_pattern)
-        topics = [t for t in present if rx.fullmatch(t)]
+        topics = _matching_topics(opts.topic_pattern, present)
     else:
         topics = present
     return [(t, q) for t in topics for q in store.queue_ids(t)]
+
+
+# A child process matches topic names against a topicPattern: the time a regex takes is
+# unbounded (nested repetition backtracks exponentially) and Python cannot stop a match in a
+# thread, but it can kill a process.
+_MATCHER = """
+import json, re, sys
+request = json.loads(sys.stdin.read())
+rx = re.compile(request["pattern"])
+json.dump([t for t in request["topics"] if rx.fullmatch(t)], sys.stdout)
+"""
+
+# Topic names this process matched against a topicPattern: (pattern, topic) -> matched, so a
+# stream matches only the topics that are new since its last batch.
+_PATTERN_MATCHES: dict[tuple[str, str], bool] = {}
+_PATTERN_MATCHES_MAX = 100_000
+
+
+def _matching_topics(pattern: str, topics: Sequence[str]) -> list[str]:
+    """The ``topics`` that ``pattern`` fully matches, in order, found within
+    :data:`PATTERN_TIMEOUT` seconds (or :class:`InvalidArgumentError`)."""
+    known = {t: _PATTERN_MATCHES[(pattern, t)] for t in topics if (pattern, t) in _PATTERN_MATCHES}
+    new = [t for t in topics if t not in known]
+    if new:
+        matched = set(_match_in_child(pattern, new))
+        if len(_PATTERN_MATCHES) + len(new) > _PATTERN_MATCHES_MAX:
+            _PATTERN_MATCHES.clear()
+        for t in new:
+            known[t] = _PATTERN_MATCHES[(pattern, t)] = t in matched
+    return [t for t in topics if known[t]]
+
+
+def _match_in_child(pattern: str, topics: Sequence[str]) -> list[str]:
+    if not sys.executable:
+        raise RmqStoreError(
+            "rmqstore data source: topicPattern needs a Python executable to match topic names "
+            "in (sys.executable is empty); select topics with 'topics' or 'assign'"
+        )
+    request = json.dumps({"pattern": pattern, "topics": list(topics)}).encode("ascii")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _MATCHER],
+            input=request,
+            capture_output=True,
+            timeout=PATTERN_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise _bad_option(
+            f"topicPattern {_show(pattern)} did not match the store's {len(topics)} topic "
+            f"names within {PATTERN_TIMEOUT:g} s: it backtracks catastrophically (nested "
+            "repetition such as '(a+)+' does); write it without nested repetition"
+        ) from None
+    if done.returncode != 0:
+        error = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise RmqStoreError(
+            f"rmqstore data source: matching topicPattern {_show(pattern)} against the "
+            f"store's topic names failed: {error[-1] if error else done.returncode}"
+        )
+    return cast(list[str], json.loads(done.stdout))
 
 
 def _check_json_topics(name: str, spec: OffsetSpec, queues: Iterable[tuple[str, int]]) -> None:
@@ -655,28 +881,10 @@ def _arrow_schema(schema: StructType) -> pa.Schema:
 
 
 def _read_range(
-    opts: _ReadOptions,
-    target: pa.Schema,
-    part: QueueRange,
-    tags: tuple[str, ...] | None,
+    opts: _ReadOptions, target: pa.Schema, part: QueueRange
 ) -> Iterator[pa.RecordBatch]:
     """Yields the rows of ``part`` as batches of the Spark schema ``target``."""
-    import pyarrow as pa
-
-    tag_set = pa.array(sorted(tags), pa.string()) if tags is not None else None
     store = _open_for_read(opts.path, opts.settings)
-    yield from _range_batches(store, opts, target, part, tag_set)
-
-
-def _range_batches(
-    store: MessageStore,
-    opts: _ReadOptions,
-    target: pa.Schema,
-    part: QueueRange,
-    tag_set: pa.Array | None,
-) -> Iterator[pa.RecordBatch]:
-    import pyarrow.compute as pc
-
     offset = part.start
     while offset < part.end:
         low = store.get_min_offset_in_queue(part.topic, part.queue_id)
@@ -697,71 +905,30 @@ def _range_batches(
                 f"{offset} (readable offsets [{low}, {high})), planned up to {part.end}"
             )
         offset = batch.column("queue_offset")[-1].as_py() + 1
-        if tag_set is not None:
-            batch = batch.filter(pc.is_in(batch.column("tags"), value_set=tag_set))
-            if batch.num_rows == 0:
-                continue
         yield batch.select(target.names).cast(target)
-
-
-@dataclasses.dataclass
-class _Pushed:
-    """What pushed filters allow: None = anything."""
-
-    topics: set[str] | None = None
-    queue_ids: set[int] | None = None
-    tags: set[str] | None = None
-    ts_from: int | None = None  # ms, inclusive
-    ts_until: int | None = None  # ms, exclusive
-
-
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-
-
-def _micros(value: object) -> int | None:
-    if isinstance(value, datetime.datetime) and value.tzinfo is not None:
-        return (value - _EPOCH) // datetime.timedelta(microseconds=1)
-    return None
-
-
-def _values(f: Filter, kind: type) -> set[Any] | None:
-    """The values an EqualTo / In filter allows, if all are of ``kind``."""
-    if isinstance(f, EqualTo):
-        vals = [f.value]
-    elif isinstance(f, In):
-        vals = [v for v in f.value if v is not None]
-    else:
-        return None
-    if all(isinstance(v, kind) and not isinstance(v, bool) for v in vals):
-        return set(vals)
-    return None
 
 
 class RmqStoreReader(DataSourceReader):
     """Batch reader: one partition per queue offset range; see the module docstring.
 
-    ``pushed`` holds what pushed filters allow (:class:`RmqStorePushdownReader` fills it)."""
+    It takes no filter (Spark applies every ``where``): Spark 4.1 to 4.3 keep the read that a
+    source plans after ``pushFilters`` on the DataFrame's data source and reuse it for the
+    DataFrame's later scans that push no filter, and for its other scans in the same query,
+    so any filter the reader used would change the rows of queries that do not have it.
+    """
 
     def __init__(self, opts: _ReadOptions, schema: StructType) -> None:
         self.opts = opts
-        self.target = _arrow_schema(schema)
-        unknown = set(self.target.names) - set(source_schema(True).fieldNames())
-        if unknown:
-            raise _bad_option(f"columns {sorted(unknown)} are not columns of the source")
-        self.pushed = _Pushed()
+        self.target = _arrow_schema(_check_read_schema(schema, opts))
 
     def partitions(self) -> list[InputPartition]:
-        opts, p = self.opts, self.pushed
+        opts = self.opts
         store = _open_for_read(opts.path, opts.settings)
         queues = _selected_queues(store, opts)
         _check_json_topics("startingOffsets", opts.starting, queues)
         _check_json_topics("endingOffsets", opts.ending, queues)
         ranges = []
         for topic, qid in queues:
-            if p.topics is not None and topic not in p.topics:
-                continue
-            if p.queue_ids is not None and qid not in p.queue_ids:
-                continue
             low = store.get_min_offset_in_queue(topic, qid)
             high = store.get_max_offset_in_queue(topic, qid)
             start = _starting_offset(
@@ -777,54 +944,21 @@ class RmqStoreReader(DataSourceReader):
                 )
             if end > high:
                 raise _bad_option(f"endingOffsets {end} of {topic}/{qid} is past its end {high}")
+            if start > end:
+                raise _bad_option(
+                    f"{topic}/{qid}: the starting offset {start} is after the ending offset "
+                    f"{end} (startingOffsets / startingTimestamp against endingOffsets / "
+                    "endingTimestamp)"
+                )
             if start < low:
                 start = _data_loss(opts, topic, qid, start, low)
-            if p.ts_from is not None:
-                start = max(start, store.get_offset_in_queue_by_time(topic, qid, p.ts_from))
-            if p.ts_until is not None:
-                end = min(end, store.get_offset_in_queue_by_time(topic, qid, p.ts_until))
             if end > start:
                 ranges.append(QueueRange(topic, qid, start, end))
         return _plan(ranges, opts)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        tags = tuple(sorted(self.pushed.tags)) if self.pushed.tags is not None else None
         for part in _task_ranges(partition):
-            yield from _read_range(self.opts, self.target, part, tags)
-
-
-class RmqStorePushdownReader(RmqStoreReader):
-    """The batch reader with ``pushFilters``, used when Spark plans with filter pushdown
-    (Spark refuses a reader that has it while ``spark.sql.python.filterPushdown.enabled`` is
-    false)."""
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's name
-        """Takes topic / queue_id equality and IN (pruning, exact) and tags equality and IN
-        (applied while reading, exact); store_timestamp ranges only narrow the offsets, so
-        those are returned for Spark to check too, with everything else."""
-        p = self.pushed
-        for f in filters:
-            column = getattr(f, "attribute", None)
-            if column == ("topic",) and (vals := _values(f, str)) is not None:
-                p.topics = vals if p.topics is None else p.topics & vals
-                continue
-            if column == ("queue_id",) and (vals := _values(f, int)) is not None:
-                p.queue_ids = vals if p.queue_ids is None else p.queue_ids & vals
-                continue
-            if column == ("tags",) and (vals := _values(f, str)) is not None:
-                p.tags = vals if p.tags is None else p.tags & vals
-                continue
-            if column == ("store_timestamp",):
-                us = _micros(getattr(f, "value", None))
-                if us is not None:
-                    # Bounds in ms that keep every row the filter keeps (Spark re-checks).
-                    if isinstance(f, GreaterThan | GreaterThanOrEqual | EqualTo):
-                        lo = us // 1000
-                        p.ts_from = lo if p.ts_from is None else max(p.ts_from, lo)
-                    if isinstance(f, LessThan | LessThanOrEqual | EqualTo):
-                        hi = us // 1000 + 1
-                        p.ts_until = hi if p.ts_until is None else min(p.ts_until, hi)
-            yield f
+            yield from _read_range(self.opts, self.target, part)
 
 
 # -- streaming -------------------------------------------------------------------------------
@@ -872,7 +1006,7 @@ class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: _ReadOptions, schema: StructType) -> None:
         self.opts = opts
-        self.target = _arrow_schema(schema)
+        self.target = _arrow_schema(_check_read_schema(schema, opts))
         self._frozen: dict[tuple[str, int], int] | None = None
         self._latest: dict[tuple[str, int], int] | None = None
 
@@ -939,7 +1073,7 @@ class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         for part in _task_ranges(partition):
-            yield from _read_range(self.opts, self.target, part, None)
+            yield from _read_range(self.opts, self.target, part)
 
     def commit(self, end: QueueOffsets) -> None:
         group = self.opts.consumer_group
@@ -992,6 +1126,29 @@ def _check_write_schema(schema: StructType) -> None:
                 f"column {field.name!r} has type {dt.simpleString()}; expected "
                 + " or ".join(k.__name__.removesuffix("Type").lower() for k in kinds)
                 + (" of strings" if field.name in {"keys", "properties"} else "")
+            )
+
+
+def _check_write_batch(batch: pa.RecordBatch) -> None:
+    """Refuses rows the store would not take (a null topic or body, a queue id outside 0 to
+    2^31 - 1) in the write task, so that the job fails before it appends anything."""
+    import pyarrow.compute as pc
+
+    for name in ("topic", "body"):
+        nulls = batch.column(name).null_count
+        if nulls:
+            raise _bad_option(
+                f"column {name!r} is null in {nulls} row(s); filter those rows out before writing"
+            )
+    if "queue_id" in batch.schema.names:
+        bounds = pc.min_max(batch.column("queue_id"))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is not None and low < 0:
+            raise _bad_option(f"column 'queue_id' holds {low}; queue ids are 0 to {_I32_MAX}")
+        if high is not None and high > _I32_MAX:
+            raise ArgumentOverflowError(
+                f"rmqstore data source: column 'queue_id' holds {high}; queue ids are 0 to "
+                f"{_I32_MAX}"
             )
 
 
@@ -1051,6 +1208,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
         sink: Any = None
         try:
             for batch in iterator:
+                _check_write_batch(batch)
                 if sink is None:
                     sink = pa.ipc.new_file(tmp, batch.schema)
                 sink.write_batch(batch)
@@ -1216,14 +1374,7 @@ class RmqStoreDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = _parse_read_options(self.options, streaming=False)
         _check_is_store(opts.path)
-        # Spark plans a read with pushdown in its data_source_pushdown_filters worker, which
-        # calls pushFilters; plan_data_source_read (pushdown off, or no filter to push) refuses
-        # a reader that overrides pushFilters while spark.sql.python.filterPushdown.enabled is
-        # false. So the reader has pushFilters only where Spark will call it.
-        caller = os.path.basename(sys._getframe(1).f_code.co_filename)
-        if caller == "plan_data_source_read.py":
-            return RmqStoreReader(opts, schema)
-        return RmqStorePushdownReader(opts, schema)
+        return RmqStoreReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         opts = _parse_read_options(self.options, streaming=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import Any
@@ -134,4 +135,30 @@ def test_write_to_a_store_open_elsewhere_fails_clearly(spark: Any, tmp_path: Pat
         assert "Nothing was appended" in str(info.value)
         assert store.get_max_offset_in_queue("R", 0) == 0
     assert _bodies(path) == []
+    assert not (path / "spark-staging").exists()
+
+
+@pytest.mark.parametrize(
+    ("bad_row", "error", "message"),
+    [
+        (("R", b"bad", -1), "InvalidArgumentError", "column 'queue_id' holds -1"),
+        (("R", b"bad", 2**31), "ArgumentOverflowError", f"column 'queue_id' holds {2**31}"),
+        ((None, b"bad", 0), "InvalidArgumentError", "column 'topic' is null in 1 row(s)"),
+        (("R", None, 0), "InvalidArgumentError", "column 'body' is null in 1 row(s)"),
+    ],
+)
+def test_a_row_the_store_refuses_fails_the_job_before_any_append(
+    spark: Any, tmp_path: Path, bad_row: tuple[Any, ...], error: str, message: str
+) -> None:
+    """The write tasks check every row, so a bad one fails the job before the driver appends
+    the good ones (it used to append the rows before it, then fail on a plain OverflowError or
+    a MESSAGE_ILLEGAL put)."""
+    path = tmp_path / "store"
+    put(path, [rmqstore.Message("R", b"before")])
+    rows = [("R", f"good-{i}".encode(), i % 3) for i in range(50)] + [bad_row]
+    df = spark.createDataFrame(rows, "topic STRING, body BINARY, queue_id BIGINT").coalesce(1)
+    with pytest.raises(Exception, match=re.escape(message)) as info:
+        _write(df, path)
+    assert f"rmqstore.errors.{error}" in str(info.value)
+    assert _bodies(path) == [b"before"]
     assert not (path / "spark-staging").exists()
