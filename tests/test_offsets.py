@@ -367,6 +367,249 @@ def test_stray_temp_file_alone_means_no_offsets(config_dir: Path, open_offsets) 
     assert m.offset_table() == {}
 
 
+# -- malformed files (issue 15, item 14) --------------------------------------------------------
+
+
+def _queues(body: bytes) -> bytes:
+    return b'{"offsetTable": {"T@G": {' + body + b"}}}"
+
+
+GOOD = _queues(b'"0": 12')
+
+#: Content RocketMQ's decoder (fastjson2) reads by guessing, or refuses: undecodable here.
+#: (tests/interop/test_broker.py runs RocketMQ's own ConfigManager.load on every one.)
+MALFORMED = {
+    # Queue ids: only a plain decimal Java int.
+    "queue_id_0_0": _queues(b'"0": 12, "0_0": 5'),  # fastjson2: 0, replacing queue 0's 12
+    "queue_id_plus": _queues(b'"+1": 5'),
+    "queue_id_leading_zero": _queues(b'"01": 5'),
+    "queue_id_minus_zero": _queues(b'"-0": 5'),
+    "queue_id_decimal_point": _queues(b'"1.0": 5'),
+    "queue_id_hex": _queues(b'"0x1": 5'),
+    "queue_id_space": _queues(b'" 0": 5'),
+    "queue_id_empty": _queues(b'"": 5'),
+    "queue_id_past_int": _queues(b'"2147483648": 5'),
+    "queue_id_below_int": _queues(b'"-2147483649": 5'),
+    "queue_id_5000_digits": _queues(b'"' + b"7" * 5000 + b'": 5'),
+    "bare_queue_id_past_int": _queues(b"2147483648: 5"),
+    # Offsets: only a JSON integer within a Java long.
+    "offset_5000_digits": _queues(b'"0": ' + b"9" * 5000),
+    "offset_past_long": _queues(b'"0": 9223372036854775808'),
+    "offset_below_long": _queues(b'"0": -9223372036854775809'),
+    "offset_fraction": _queues(b'"0": 12.5'),
+    "offset_exponent": _queues(b'"0": 1e3'),
+    "offset_huge_exponent": _queues(b'"0": 1e400'),
+    "offset_string_number": _queues(b'"0": "12"'),
+    "offset_null": _queues(b'"0": null'),
+    "offset_list": _queues(b'"0": [12]'),
+    "offset_object": _queues(b'"0": {}'),
+    "offset_infinity": _queues(b'"0": Infinity'),
+    # Structure.
+    "queues_null": b'{"offsetTable": {"T@G": null}}',
+    "queues_string": b'{"offsetTable": {"T@G": "0:1"}}',
+    "table_string": b'{"offsetTable": "x"}',
+    "table_number": b'{"offsetTable": 1}',
+    "top_string": b'"x"',
+    "top_number": b"5",
+    "top_null": b"null",
+    "top_true": b"true",
+    # Duplicates: which one would be meant?
+    "duplicate_queue": _queues(b'"0": 1, "0": 2'),
+    "duplicate_queue_bare_and_quoted": _queues(b'0: 1, "0": 2'),
+    "duplicate_group": b'{"offsetTable": {"T@G": {"0": 1}, "T@G": {"1": 2}}}',
+    "duplicate_top_level_key": b'{"offsetTable": {}, "offsetTable": {"T@G": {"0": 1}}}',
+    # Not JSON.
+    "trailing_garbage": GOOD + b" xyz",
+    "two_documents": GOOD + GOOD,
+    "comment": b'{"offsetTable": {"T@G": {"0": 1}} /* c */}',
+    "single_quotes": b"{'offsetTable': {'T@G': {'0': 1}}}",
+    "byte_order_mark": b"\xef\xbb\xbf" + GOOD,
+    "utf8_encoded_surrogate": b'{"offsetTable": {"T\xed\xa0\x80@G": {"0": 1}}}',
+    "utf16": GOOD.decode().encode("utf-16"),
+    "deep_nesting": b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b', "offsetTable": {}}',
+    "nul_byte": GOOD[:-1] + b"\x00}",
+}
+BAD_CONTENT.update(MALFORMED)
+
+
+@pytest.mark.parametrize("bad", list(BAD_CONTENT))
+def test_unusable_file_without_bak_raises_naming_the_file(config_dir: Path, bad: str) -> None:
+    """No .bak to fall back to: a typed error with the file named, nothing changed (RocketMQ
+    would delete the file and start from an empty table)."""
+    config_dir.mkdir(parents=True)
+    file_of(config_dir).write_bytes(BAD_CONTENT[bad])
+    before = snapshot(config_dir)
+    with pytest.raises(rmqstore.StoreCorruptedError) as info:
+        ConsumerOffsetManager(config_dir)
+    assert info.value.path == str(file_of(config_dir))
+    assert str(file_of(config_dir)) in str(info.value)
+    assert "no " + str(bak_of(config_dir)) in str(info.value)
+    assert len(str(info.value)) < 1000  # a 5,000-digit number is not echoed
+    assert snapshot(config_dir) == before
+
+
+def test_queue_id_0_0_never_replaces_queue_0(
+    config_dir: Path, open_offsets, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The issue's case: ``{"0": 12, "0_0": 5}`` read as queue 0 at 5. The file is undecodable:
+    the .bak is loaded, and the warning names the file and the queue id."""
+    two_versions(config_dir)
+    file_of(config_dir).write_bytes(MALFORMED["queue_id_0_0"])
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        m = open_offsets()
+    assert m.offset_table() == {"T@G": {0: 5}}  # the .bak's, not 12 or a 5 from "0_0"
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert str(file_of(config_dir)) in warning
+    assert "'0_0'" in warning
+
+
+def test_well_formed_entries_rocketmq_keeps_are_kept_but_answer_no_offset(
+    config_dir: Path, open_offsets
+) -> None:
+    """Negative offsets and queue ids, keys without '@' and empty keys are what RocketMQ's
+    broker also loads and keeps; a negative offset means none (the broker answers a query for
+    it with QUERY_NOT_FOUND), so ``query_offset`` gives -1. Commits write them back as they
+    were."""
+    config_dir.mkdir(parents=True)
+    doc = {
+        "offsetTable": {
+            "T@G": {"0": -5, "1": 7, "-1": 3, "2": -1, "3": -(2**63)},
+            "NoSeparator": {"0": 1},
+            "": {"0": 2},
+            "T\ud800@G": {"0": 4},  # a lone surrogate, escaped: valid JSON
+        }
+    }
+    file_of(config_dir).write_text(json.dumps(doc), encoding="ascii")
+    m = open_offsets()
+    assert m.query_offset("G", "T", 0) == -1
+    assert m.query_offset("G", "T", 1) == 7
+    assert m.query_offset("G", "T", 2) == -1
+    assert m.query_offset("G", "T", 3) == -1
+    assert m.offsets("G", "T") == {1: 7}
+    assert m.groups() == ["G"]
+    assert m.offset_table()["T@G"] == {-1: 3, 0: -5, 1: 7, 2: -1, 3: -(2**63)}
+    m.commit_offset("G", "T", 1, 8)
+    m.commit_offset("G", "T", 2, 0)
+    written = read_json(file_of(config_dir))["offsetTable"]
+    assert written == {
+        "T@G": {"-1": 3, "0": -5, "1": 8, "2": 0, "3": -(2**63)},
+        "NoSeparator": {"0": 1},
+        "": {"0": 2},
+        "T\ud800@G": {"0": 4},
+    }
+
+
+# -- file kinds ---------------------------------------------------------------------------------
+
+
+def test_symlinked_file_is_refused_without_reading_or_falling_back(
+    tmp_path: Path, config_dir: Path
+) -> None:
+    two_versions(config_dir)
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(GOOD)
+    file_of(config_dir).unlink()
+    file_of(config_dir).symlink_to(outside)
+    before = snapshot(config_dir)
+    with pytest.raises(rmqstore.StoreCorruptedError) as info:
+        ConsumerOffsetManager(config_dir)
+    assert info.value.path == str(file_of(config_dir))
+    assert "symbolic link" in str(info.value)
+    assert snapshot(config_dir) == before
+    assert file_of(config_dir).is_symlink()
+    assert outside.read_bytes() == GOOD
+
+
+def test_symlinked_bak_is_refused(tmp_path: Path, config_dir: Path) -> None:
+    two_versions(config_dir)
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(GOOD)
+    file_of(config_dir).unlink()  # the load needs the .bak
+    bak_of(config_dir).unlink()
+    bak_of(config_dir).symlink_to(outside)
+    with pytest.raises(rmqstore.StoreCorruptedError) as info:
+        ConsumerOffsetManager(config_dir)
+    assert info.value.path == str(bak_of(config_dir))
+    assert bak_of(config_dir).is_symlink()
+    assert outside.read_bytes() == GOOD
+
+
+def test_symlinked_config_folder_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    config_dir = tmp_path / "store" / "config"
+    config_dir.parent.mkdir()
+    config_dir.symlink_to(elsewhere)
+    with pytest.raises(rmqstore.StoreCorruptedError) as info:
+        ConsumerOffsetManager(config_dir)
+    assert info.value.path == str(config_dir)
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_fifo_is_refused_at_once(config_dir: Path, in_subprocess) -> None:
+    """Reading a FIFO would wait for a writer forever."""
+    config_dir.mkdir(parents=True)
+    os.mkfifo(file_of(config_dir))
+    out = in_subprocess(
+        f"""
+        import rmqstore
+        from rmqstore.offsets import ConsumerOffsetManager
+        try:
+            ConsumerOffsetManager({str(config_dir)!r})
+        except rmqstore.StoreCorruptedError as e:
+            print(e.path, "|", e)
+        """,
+        timeout=20,
+    )
+    assert out.startswith(str(file_of(config_dir)) + " |")
+    assert "not a regular file" in out
+
+
+def test_a_file_over_64_mib_is_refused_not_deleted(config_dir: Path) -> None:
+    two_versions(config_dir)
+    with open(file_of(config_dir), "r+b") as f:
+        f.truncate(64 * 1024 * 1024 + 1)  # sparse
+    before = snapshot(config_dir)
+    with pytest.raises(rmqstore.StoreCorruptedError) as info:
+        ConsumerOffsetManager(config_dir)
+    assert info.value.path == str(file_of(config_dir))
+    assert str(64 * 1024 * 1024) in str(info.value)
+    assert snapshot(config_dir) == before
+
+
+def test_a_symlink_planted_as_the_temp_file_is_never_followed(
+    tmp_path: Path, config_dir: Path, open_offsets
+) -> None:
+    m = open_offsets()
+    m.commit_offset("G", "T", 0, 1)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    tmp_of(config_dir).symlink_to(victim)
+    m.commit_offset("G", "T", 0, 2)
+    assert victim.read_bytes() == b"precious"
+    assert not tmp_of(config_dir).exists()
+    assert reload(config_dir) == {"T@G": {0: 2}}
+
+
+# -- through MessageStore -----------------------------------------------------------------------
+
+
+def test_store_open_names_the_offsets_file_and_releases_the_folder(store_path: Path) -> None:
+    (store_path / "config").mkdir(parents=True)
+    offsets_file = store_path / "config" / NAME
+    offsets_file.write_bytes(MALFORMED["offset_5000_digits"])
+    with pytest.raises(rmqstore.StoreCorruptedError) as info:
+        rmqstore.MessageStore(store_path)
+    assert info.value.path == str(offsets_file)
+    offsets_file.write_bytes(GOOD)
+    with rmqstore.MessageStore(store_path) as store:  # not locked by the failed open
+        assert store.query_offset("G", "T", 0) == 12
+        with pytest.raises(rmqstore.ArgumentOverflowError, match="queue_id"):
+            store.query_offset("G", "T", 2**31)
+        with pytest.raises(rmqstore.ArgumentTypeError, match="offset"):
+            store.commit_offset("G", "T", 0, "1")  # type: ignore[arg-type]
+
+
 # -- arguments ----------------------------------------------------------------------------------
 
 BAD_CALLS: dict[str, Callable[[ConsumerOffsetManager], object]] = {
@@ -400,6 +643,64 @@ BAD_CALLS: dict[str, Callable[[ConsumerOffsetManager], object]] = {
 }
 
 
+BAD_CALLS.update(
+    {
+        "group_lone_surrogate": lambda m: m.commit_offset("G\ud800", "T", 0, 1),
+        "topic_lone_surrogate": lambda m: m.query_offset("G", "\udfffT", 0),
+        "queue_huge": lambda m: m.commit_offset("G", "T", 10**5000, 1),
+        "offset_huge": lambda m: m.commit_offset("G", "T", 0, 10**5000),
+        "offset_huge_negative": lambda m: m.commit_offset("G", "T", 0, -(10**5000)),
+        "batch_queue_too_big": lambda m: m.commit_offsets("G", "T", {2**31: 1}),
+        "batch_offset_too_big": lambda m: m.commit_offsets("G", "T", {0: 2**63}),
+        "query_queue_too_big": lambda m: m.query_offset("G", "T", 2**63),
+        "query_queue_none": lambda m: m.query_offset("G", "T", None),  # type: ignore[arg-type]
+        "query_group_int": lambda m: m.query_offset(7, "T", 0),  # type: ignore[arg-type]
+    }
+)
+
+#: Calls whose argument has the wrong type: ArgumentTypeError, also a TypeError.
+WRONG_TYPE = {
+    "group_not_str",
+    "topic_none",
+    "queue_bool",
+    "queue_float",
+    "queue_str",
+    "offset_bool",
+    "offset_float",
+    "offset_none",
+    "batch_not_mapping",
+    "batch_one_bad_queue",
+    "batch_bool_offset",
+    "query_queue_bool",
+    "topics_group_not_str",
+    "query_queue_none",
+    "query_group_int",
+}
+#: Calls whose integer is past the field's range: ArgumentOverflowError, also an OverflowError.
+TOO_BIG = {
+    "queue_too_big",
+    "offset_too_big",
+    "queue_huge",
+    "offset_huge",
+    "batch_queue_too_big",
+    "batch_offset_too_big",
+    "query_queue_too_big",
+}
+
+
+def _argument_named(call: str) -> str:
+    if call.startswith("batch_") and "queue" in call:
+        return "queue id"
+    if call.startswith("batch_") and "offset" in call:
+        return "offsets["
+    if call == "batch_not_mapping":
+        return "offsets"
+    for name in ("group", "topic", "queue", "offset"):
+        if name in call.split("_")[:2] or call.startswith(name):
+            return {"queue": "queue_id"}.get(name, name)
+    raise AssertionError(call)
+
+
 @pytest.mark.parametrize("call", list(BAD_CALLS))
 def test_invalid_arguments_raise_and_change_nothing(
     config_dir: Path, open_offsets, call: str
@@ -411,6 +712,12 @@ def test_invalid_arguments_raise_and_change_nothing(
         BAD_CALLS[call](m)
     assert isinstance(info.value, ValueError)
     assert isinstance(info.value, rmqstore.RmqStoreError)
+    assert isinstance(info.value, rmqstore.ArgumentTypeError) == (call in WRONG_TYPE)
+    assert isinstance(info.value, TypeError) == (call in WRONG_TYPE)
+    assert isinstance(info.value, rmqstore.ArgumentOverflowError) == (call in TOO_BIG)
+    assert isinstance(info.value, OverflowError) == (call in TOO_BIG)
+    assert _argument_named(call) in str(info.value)
+    assert len(str(info.value)) < 400  # a 5,000-digit argument is not echoed whole
     assert snapshot(config_dir) == before
     assert m.offset_table() == {"T@G": {0: 42}}
 
@@ -593,14 +900,17 @@ def test_config_dir_that_is_a_file_is_an_io_error(tmp_path: Path) -> None:
     assert info.value.filename == str(path)
 
 
-def test_unreadable_file_is_an_io_error_not_a_fallback(config_dir: Path) -> None:
+def test_a_folder_in_place_of_the_file_is_refused_not_a_fallback(config_dir: Path) -> None:
     two_versions(config_dir)
     file_of(config_dir).unlink()
-    file_of(config_dir).mkdir()  # reading it fails with EISDIR, which is not "undecodable"
-    with pytest.raises(rmqstore.StoreIOError) as info:
+    file_of(config_dir).mkdir()  # not a file of the store's: never read, deleted or replaced
+    before = snapshot(config_dir)
+    with pytest.raises(rmqstore.StoreCorruptedError) as info:
         ConsumerOffsetManager(config_dir)
-    assert info.value.errno == errno.EISDIR
+    assert info.value.path == str(file_of(config_dir))
+    assert "not a regular file" in str(info.value)
     assert file_of(config_dir).is_dir()
+    assert snapshot(config_dir) == before
 
 
 class Fault:

@@ -19,6 +19,7 @@ from .errors import StoreClosedError
 if TYPE_CHECKING:
     from ._rmqstore import Store
     from .config import StoreConfig
+    from .topics import TopicConfigManager
 
 __all__ = [
     "AllocateMappedFileService",
@@ -29,6 +30,7 @@ __all__ = [
     "GroupCommitService",
     "ReputMessageService",
     "ServiceThread",
+    "TopicConfigService",
 ]
 
 log = logging.getLogger("rmqstore.services")
@@ -377,3 +379,54 @@ class CheckpointService(ServiceThread):
 
     def stats(self) -> dict[str, float]:
         return {**super().stats(), "rounds": float(self.rounds), "failures": float(self.failures)}
+
+
+def queues_with_messages(core: Store) -> dict[str, int]:
+    """Topic -> its highest queue id holding messages + 1, for every topic with messages."""
+    needed: dict[str, int] = {}
+    for topic in core.topics():
+        for queue_id in sorted(core.queue_ids(topic), reverse=True):
+            if core.get_max_offset_in_queue(topic, queue_id) > 0:
+                needed[topic] = queue_id + 1
+                break
+    return needed
+
+
+class TopicConfigService(ServiceThread):
+    """Every second: makes ``config/topics.json`` (the broker's topic table) cover every topic
+    and queue that has messages, writing it only when a topic or queue appeared (RocketMQ's
+    broker registers a topic when it is created; rmqstore has no creation step, so dispatch is
+    what creates one). The store also calls :meth:`sync` at open and at close."""
+
+    name = "TopicConfigService"
+
+    interval = 1.0
+
+    def __init__(self, core: Store, manager: TopicConfigManager) -> None:
+        super().__init__()
+        self._core = core
+        self.manager = manager
+        self.rounds = 0
+
+    def sync(self) -> bool:
+        """One check; returns whether the file was written."""
+        return self.manager.cover(queues_with_messages(self._core))
+
+    def run_once(self) -> bool:
+        if self._stopped.wait(self.interval):
+            return False
+        try:
+            self.sync()
+            self.rounds += 1
+        except Exception:
+            return self._round_failed("topic config")
+        self._round_ok("topic config")
+        return True
+
+    def stats(self) -> dict[str, float]:
+        return {
+            **super().stats(),
+            "rounds": float(self.rounds),
+            "writes": float(self.manager.writes),
+            "failures": float(self.failures),
+        }

@@ -11,14 +11,29 @@ Every commit is durable when it returns. A commit writes the whole table to
 ``consumerOffset.json.tmp``, forces it, moves the current file to ``consumerOffset.json.bak``,
 renames the temp file into place and forces the folder. Loading falls back to the ``.bak`` file
 when the file is missing, empty or undecodable (deleting the bad file, as ``ConfigManager.load``
-does), so a crash at any step leaves either the new table or the previous one.
+does), so a crash at any step leaves either the new table or the previous one
+(:mod:`rmqstore._configfile`).
+
+What loading accepts, entry by entry (RocketMQ's decoder, fastjson2, reads more; this one never
+guesses):
+
+* ``offsetTable`` is an object (missing or ``null``: no offsets); each ``topic@group`` value is
+  an object (``null`` is undecodable, as for RocketMQ); keys without ``'@'`` are kept as they
+  are and never answer a query (RocketMQ keeps them too);
+* a queue id is a decimal Java ``int`` written plainly (``"0"``, ``"17"``, ``"-1"``): ``"0_0"``,
+  ``"+1"``, ``"01"``, ``"-0"``, ``"1.0"``, ``"0x1"``, ``" 0"`` and ids outside a Java ``int``
+  make the file undecodable
+  (fastjson2 reads ``"0_0"`` as 0, silently replacing queue 0's offset);
+* an offset is a JSON integer within a Java ``long``: strings, fractions, booleans, ``null``
+  and longer numbers make the file undecodable;
+* a key appearing twice in one object makes the file undecodable (fastjson2 keeps the last);
+* negative offsets (and negative queue ids) are kept, as RocketMQ keeps them, but they mean
+  "no offset": the broker answers a query for one with ``QUERY_NOT_FOUND`` and so
+  :meth:`ConsumerOffsetManager.query_offset` answers ``-1``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno as errno_mod
-import json
 import logging
 import os
 import re
@@ -26,9 +41,15 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, TypeGuard
+from typing import Any, TypeGuard
 
-from .errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError, StoreIOError
+from ._configfile import ConfigFile, UndecodableError, dump_json
+from .errors import (
+    ArgumentOverflowError,
+    ArgumentTypeError,
+    InvalidArgumentError,
+    StoreClosedError,
+)
 
 __all__ = ["ConsumerOffsetManager"]
 
@@ -41,84 +62,65 @@ SEPARATOR = "@"
 #: ``queryOffset``'s answer when nothing was committed.
 NO_OFFSET = -1
 
+_MIN_INT = -(2**31)
 _MAX_QUEUE_ID = 2**31 - 1  # Java int
+_MIN_LONG = -(2**63)
 _MAX_OFFSET = 2**63 - 1  # Java long
 
-# Offset table in memory: "topic@group" -> queue id -> offset.
+# Offset table in memory: "topic@group" -> queue id -> offset, as the file holds it.
 _Table = dict[str, dict[int, int]]
 
-
-class _UndecodableError(Exception):
-    """A config file whose content is not an offset table (the reason is the message)."""
-
-
-# -- decoding -----------------------------------------------------------------------------------
-
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BARE_INT_KEY = re.compile(r"([{,]\s*)(-?[0-9]+)(\s*:)")
-
-
-def _quote_bare_int_keys(text: str) -> str:
-    """fastjson writes ``Map<Integer, Long>`` keys unquoted (``{0:12}``); quote them.
-
-    Only text outside string literals is touched, so a topic name is never rewritten.
-    """
-    out: list[str] = []
-    pos = 0
-    for match in _JSON_STRING.finditer(text):
-        out.append(_BARE_INT_KEY.sub(r'\1"\2"\3', text[pos : match.start()]))
-        out.append(match.group())
-        pos = match.end()
-    out.append(_BARE_INT_KEY.sub(r'\1"\2"\3', text[pos:]))
-    return "".join(out)
-
-
-def _reject_constant(name: str) -> NoReturn:
-    raise _UndecodableError(f"non-JSON constant {name}")
+_QUEUE_ID = re.compile(r"0|-?[1-9][0-9]{0,9}")
 
 
 def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _decode(raw: bytes) -> tuple[dict[str, Any], _Table]:
-    """The top-level keys but ``offsetTable``, and the table; raises ``_UndecodableError``."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _UndecodableError(f"not UTF-8 ({e})") from None
-    if not text.strip():
-        raise _UndecodableError("empty")
-    try:
-        try:
-            doc = json.loads(text, parse_constant=_reject_constant)
-        except json.JSONDecodeError:
-            doc = json.loads(_quote_bare_int_keys(text), parse_constant=_reject_constant)
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise _UndecodableError(f"not JSON ({e})") from None
+# -- decoding -----------------------------------------------------------------------------------
+
+
+def _decode(doc: Any) -> tuple[dict[str, Any], _Table]:
+    """The top-level keys but ``offsetTable``, and the table; raises ``UndecodableError``."""
     if not isinstance(doc, dict):
-        raise _UndecodableError(f"top level is a {type(doc).__name__}, not an object")
+        raise UndecodableError(f"top level is a {_json_type(doc)}, not an object")
     raw_table = doc.pop("offsetTable", None)
     if raw_table is None:
         raw_table = {}
     if not isinstance(raw_table, dict):
-        raise _UndecodableError(f"offsetTable is a {type(raw_table).__name__}, not an object")
+        raise UndecodableError(f"offsetTable is a {_json_type(raw_table)}, not an object")
     table: _Table = {}
-    for key, value in raw_table.items():
-        queues = {} if value is None else value
+    for key, queues in raw_table.items():
+        where = f"offsetTable[{key[:200]!r}]"
         if not isinstance(queues, dict):
-            raise _UndecodableError(f"offsetTable[{key!r}] is a {type(queues).__name__}")
+            raise UndecodableError(f"{where} is a {_json_type(queues)}, not an object")
         offsets: dict[int, int] = {}
         for queue_id, offset in queues.items():
-            try:
-                qid = int(queue_id)
-            except ValueError:
-                raise _UndecodableError(f"offsetTable[{key!r}]: queue id {queue_id!r}") from None
-            if not _is_int(offset):
-                raise _UndecodableError(f"offsetTable[{key!r}][{queue_id!r}]: offset {offset!r}")
-            offsets[qid] = offset
+            if not _QUEUE_ID.fullmatch(queue_id) or not (
+                _MIN_INT <= int(queue_id) <= _MAX_QUEUE_ID
+            ):
+                raise UndecodableError(f"{where}: queue id {queue_id[:40]!r} is not a Java int")
+            if not _is_int(offset) or not _MIN_LONG <= offset <= _MAX_OFFSET:
+                raise UndecodableError(
+                    f"{where}[{queue_id!r}]: offset {str(offset)[:40]} is not a Java long"
+                )
+            offsets[int(queue_id)] = offset
         table[key] = offsets
     return doc, table
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
 
 
 def _encode(extra: Mapping[str, Any], table: Mapping[str, Mapping[int, int]]) -> bytes:
@@ -126,7 +128,7 @@ def _encode(extra: Mapping[str, Any], table: Mapping[str, Mapping[int, int]]) ->
     doc["offsetTable"] = {
         key: {str(qid): queues[qid] for qid in sorted(queues)} for key, queues in table.items()
     }
-    return json.dumps(doc, indent=4, allow_nan=False).encode("utf-8") + b"\n"
+    return dump_json(doc)
 
 
 # -- argument checks ----------------------------------------------------------------------------
@@ -134,41 +136,44 @@ def _encode(extra: Mapping[str, Any], table: Mapping[str, Mapping[int, int]]) ->
 
 def _check_name(what: str, value: object) -> str:
     if not isinstance(value, str):
-        raise InvalidArgumentError(f"{what} must be a str, got {type(value).__name__}")
+        raise ArgumentTypeError(f"{what} must be a str, got {type(value).__name__}")
     if not value:
         raise InvalidArgumentError(f"{what} must not be empty")
     if SEPARATOR in value:
         raise InvalidArgumentError(
-            f"{what} {value!r} contains {SEPARATOR!r}, which separates topic and group "
+            f"{what} {value[:200]!r} contains {SEPARATOR!r}, which separates topic and group "
             f"in the offset table"
         )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(
+            f"{what} {value[:200]!r} holds a lone surrogate, which UTF-8 cannot encode"
+        ) from None
     return value
+
+
+def _int_text(value: int) -> str:
+    """``value`` in decimal, or its size when it is too long to print (Python refuses to
+    convert integers of more than 4300 digits)."""
+    if value.bit_length() <= 256:
+        return str(value)
+    digits = int(value.bit_length() * 0.30103) + 1
+    return f"{'-' if value < 0 else ''}an integer of about {digits} digits"
 
 
 def _check_int(what: str, value: object, hi: int) -> int:
     if not _is_int(value):
-        raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
-    if not 0 <= value <= hi:
-        raise InvalidArgumentError(f"{what} must be between 0 and {hi}, got {value}")
+        raise ArgumentTypeError(f"{what} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgumentError(f"{what} must be between 0 and {hi}, got {_int_text(value)}")
+    if value > hi:
+        raise ArgumentOverflowError(f"{what} must be between 0 and {hi}, got {_int_text(value)}")
     return value
 
 
 def _key(group: object, topic: object) -> str:
     return _check_name("topic", topic) + SEPARATOR + _check_name("group", group)
-
-
-def _io_error(action: str, err: OSError, path: Path) -> StoreIOError:
-    code = err.errno if err.errno is not None else errno_mod.EIO
-    reason = err.strerror or str(err)
-    return StoreIOError(code, f"{action} {os.fspath(path)}: {reason}", os.fspath(path))
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- the manager --------------------------------------------------------------------------------
@@ -180,8 +185,10 @@ class ConsumerOffsetManager:
     ``config_dir`` is the store's ``config/`` folder; it is created when missing. The table is
     loaded at construction: a missing, empty or undecodable file falls back to
     ``consumerOffset.json.bak`` (logging a warning and deleting the bad file); when neither is
-    usable :class:`~rmqstore.errors.StoreCorruptedError` is raised and nothing is changed; when
-    neither exists the table starts empty.
+    usable :class:`~rmqstore.errors.StoreCorruptedError` (``.path`` names the file) is raised
+    and nothing is changed; when neither exists the table starts empty. A file that is a
+    symbolic link, not a regular file or larger than 64 MiB is refused the same way, without
+    falling back. The module documentation lists what an entry may hold.
 
     Commits are durable when they return and serialised by a lock, so the manager can be shared
     by threads. An I/O failure raises :class:`~rmqstore.errors.StoreIOError` and leaves the
@@ -189,17 +196,32 @@ class ConsumerOffsetManager:
     the folder after the new file is in place, where the table follows the new file and the
     error says the commit is not known to be durable. One process at a time may use a folder
     (the store's ``lock`` file guarantees it).
+
+    Arguments are checked before anything changes: a group or topic that is not a ``str``, a
+    queue id or offset that is not an ``int`` raise
+    :class:`~rmqstore.errors.ArgumentTypeError` (a ``TypeError``); an empty name, one with
+    ``'@'`` or a lone surrogate, a negative queue id or offset
+    :class:`~rmqstore.errors.InvalidArgumentError`; a queue id past 2**31-1 or an offset past
+    2**63-1 :class:`~rmqstore.errors.ArgumentOverflowError` (an ``OverflowError``). Each message
+    names the argument.
     """
 
     def __init__(self, config_dir: str | os.PathLike[str]) -> None:
-        self._dir = Path(config_dir)
-        self._path = self._dir / FILE_NAME
-        self._bak = self._dir / (FILE_NAME + ".bak")
-        self._tmp = self._dir / (FILE_NAME + ".tmp")
+        self._file = ConfigFile(config_dir, FILE_NAME, _decode, "consumer offsets")
+        self._dir = self._file.dir
+        self._path = self._file.path
         self._lock = threading.Lock()
         self._closed = False
-        self._make_dir()
-        self._extra, self._table = self._load()
+        self._file.make_dir()
+        loaded, problem = self._file.load()
+        if problem is not None:
+            logger.warning(
+                "consumer offsets: %s is %s; loaded the previous version from %s",
+                self._path,
+                problem,
+                self._file.bak,
+            )
+        self._extra, self._table = loaded if loaded is not None else ({}, {})
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -241,8 +263,8 @@ class ConsumerOffsetManager:
         """Records ``offset`` (the next one to consume) of ``group`` on ``topic``/``queue_id``.
 
         Durable when it returns. ``group`` and ``topic`` are non-empty and free of ``'@'``;
-        ``queue_id`` and ``offset`` are ints >= 0 (a bad argument raises
-        :class:`~rmqstore.errors.InvalidArgumentError`). As in RocketMQ, an offset may go back.
+        ``queue_id`` and ``offset`` are ints >= 0 (see the class documentation for the errors
+        a bad argument raises). As in RocketMQ, an offset may go back.
         """
         key = _key(group, topic)
         qid = _check_int("queue_id", queue_id, _MAX_QUEUE_ID)
@@ -257,13 +279,13 @@ class ConsumerOffsetManager:
         """
         key = _key(group, topic)
         if not isinstance(offsets, Mapping):
-            raise InvalidArgumentError(
+            raise ArgumentTypeError(
                 f"offsets must be a mapping of queue id to offset, got {type(offsets).__name__}"
             )
         checked: dict[int, int] = {}
         for queue_id, offset in offsets.items():
-            qid = _check_int("queue_id", queue_id, _MAX_QUEUE_ID)
-            checked[qid] = _check_int(f"offset of queue {qid}", offset, _MAX_OFFSET)
+            qid = _check_int("queue id (a key of offsets)", queue_id, _MAX_QUEUE_ID)
+            checked[qid] = _check_int(f"offsets[{qid}]", offset, _MAX_OFFSET)
         if checked:
             self._commit(key, checked)
         else:
@@ -277,31 +299,32 @@ class ConsumerOffsetManager:
             queues.update(changes)
             table = dict(self._table)
             table[key] = queues
-            self._replace_file(_encode(self._extra, table))
+            self._file.replace(_encode(self._extra, table))
             # The new file is in place: memory follows it even if the folder sync below fails
             # (that error says the commit is not known to be durable; a reload would see it).
             self._table = table
-            try:
-                _fsync_dir(self._dir)
-            except OSError as e:
-                raise _io_error("consumer offsets: sync folder", e, self._dir) from e
+            self._file.sync_dir()
 
     # -- query -----------------------------------------------------------------------------
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """The committed offset, or -1 when none was (RocketMQ's ``queryOffset``)."""
+        """The committed offset, or -1 when none was (RocketMQ's ``queryOffset``; a negative
+        offset in the file also means none, as the broker's answer to a query says)."""
         key = _key(group, topic)
         qid = _check_int("queue_id", queue_id, _MAX_QUEUE_ID)
         with self._lock:
             self._check_open()
-            return self._table.get(key, {}).get(qid, NO_OFFSET)
+            offset = self._table.get(key, {}).get(qid, NO_OFFSET)
+        return offset if offset >= 0 else NO_OFFSET
 
     def offsets(self, group: str, topic: str) -> dict[int, int]:
-        """The committed offsets of ``group`` on ``topic``, by queue id (a copy)."""
+        """The committed offsets of ``group`` on ``topic``, by queue id (a copy; negative
+        entries of the file, which mean none, are left out)."""
         key = _key(group, topic)
         with self._lock:
             self._check_open()
-            return dict(sorted(self._table.get(key, {}).items()))
+            queues = self._table.get(key, {})
+            return {q: o for q, o in sorted(queues.items()) if q >= 0 and o >= 0}
 
     def groups(self, topic: str | None = None) -> list[str]:
         """Groups with committed offsets (on ``topic`` when given), sorted."""
@@ -322,7 +345,8 @@ class ConsumerOffsetManager:
         return sorted({t for t, g in pairs if g is not None and (group is None or g == group)})
 
     def offset_table(self) -> dict[str, dict[int, int]]:
-        """The whole table as RocketMQ keys it, ``"topic@group"`` -> queue id -> offset (a copy)."""
+        """The whole table as RocketMQ keys it, ``"topic@group"`` -> queue id -> offset (a copy,
+        with every entry the file holds)."""
         with self._lock:
             self._check_open()
             return {key: dict(sorted(queues.items())) for key, queues in self._table.items()}
@@ -332,113 +356,6 @@ class ConsumerOffsetManager:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"consumer offsets {os.fspath(self._path)} are closed")
-
-    def _make_dir(self) -> None:
-        if self._dir.is_dir():
-            return
-        try:
-            self._dir.mkdir(parents=True, exist_ok=True)
-            _fsync_dir(self._dir.parent)
-        except OSError as e:
-            raise _io_error("create config folder", e, self._dir) from e
-
-    def _read(self, path: Path) -> bytes | None:
-        """The file's bytes, ``None`` when it does not exist; other failures raise."""
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise _io_error("read", e, path) from e
-
-    def _load(self) -> tuple[dict[str, Any], _Table]:
-        raw = self._read(self._path)
-        problem: str
-        if raw is None:
-            problem = "missing"
-        else:
-            try:
-                loaded = _decode(raw)
-            except _UndecodableError as e:
-                problem = str(e)
-            else:
-                self._remove_stray_tmp()
-                return loaded
-
-        raw_bak = self._read(self._bak)
-        if raw_bak is None:
-            if raw is None:
-                self._remove_stray_tmp()
-                return {}, {}  # a new store: no offsets yet
-            self._corrupted(f"{self._path} is unusable ({problem}) and there is no {self._bak}")
-        try:
-            loaded = _decode(raw_bak)
-        except _UndecodableError as e:
-            self._corrupted(
-                f"{self._path} is unusable ({problem}) and so is {self._bak} ({e})"
-                if raw is not None
-                else f"{self._path} is missing and {self._bak} is unusable ({e})"
-            )
-        logger.warning(
-            "consumer offsets: %s is %s; loaded the previous version from %s",
-            self._path,
-            problem,
-            self._bak,
-        )
-        if raw is not None:
-            try:
-                self._path.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                raise _io_error("delete unusable", e, self._path) from e
-        self._remove_stray_tmp()
-        return loaded
-
-    def _corrupted(self, message: str) -> NoReturn:
-        err = StoreCorruptedError(f"consumer offsets: {message}")
-        err.path = os.fspath(self._path)
-        raise err
-
-    def _remove_stray_tmp(self) -> None:
-        """A temp file left by a crash before its rename holds nothing committed: drop it."""
-        with contextlib.suppress(OSError):
-            self._tmp.unlink()
-
-    def _replace_file(self, data: bytes) -> None:
-        """Write temp + fsync, current -> .bak, temp -> current (the caller syncs the folder).
-
-        On a failure the temp file is removed and the current file is as it was: if it had been
-        moved to ``.bak`` already when the rename failed, it is linked back from there (and
-        should that fail too, loading falls back to the ``.bak``, which holds it).
-        """
-        step, path = "write", self._tmp
-        moved_to_bak = False
-        try:
-            fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                step = "sync"
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            step, path = "back up", self._path
-            try:
-                os.replace(self._path, self._bak)
-                moved_to_bak = True
-            except FileNotFoundError:
-                pass  # first commit, or the file was unusable at load
-            step = "replace"
-            os.replace(self._tmp, self._path)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                self._tmp.unlink()
-            if moved_to_bak:
-                with contextlib.suppress(OSError):
-                    os.link(self._bak, self._path)
-            raise _io_error(f"consumer offsets: {step}", e, path) from e
 
 
 def _split(key: str) -> tuple[str, str | None]:

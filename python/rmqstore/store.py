@@ -24,6 +24,7 @@ from ._services import (
     GroupCommitService,
     ReputMessageService,
     ServiceThread,
+    TopicConfigService,
 )
 from .config import StoreConfig
 from .enums import FlushDiskType, StoreState
@@ -35,6 +36,7 @@ from .errors import (
     StoreResourceError,
 )
 from .offsets import ConsumerOffsetManager
+from .topics import TopicConfigManager
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -121,6 +123,7 @@ class MessageStore:
         # Set first: close() and __del__ must work on a store whose open failed half-way.
         self._services: list[ServiceThread] = []
         self._offsets: ConsumerOffsetManager | None = None
+        self._topic_config: TopicConfigService | None = None
         self._close_lock = threading.Lock()
         self._forked = False
         if not isinstance(store_path, (str, os.PathLike)):
@@ -144,12 +147,15 @@ class MessageStore:
             cfg = cfg.replace(**overrides)
         self._config = cfg
         self._path = Path(path)
-        # The consumer offsets are loaded while the core checks the store's files, before it
-        # changes any: a bad config/ file refuses the open with everything as it was.
+        # The consumer offsets and the topic table are loaded while the core checks the
+        # store's files, before it changes any: a bad config/ file refuses the open with
+        # everything as it was.
         loaded: list[ConsumerOffsetManager] = []
+        loaded_topics: list[TopicConfigManager] = []
 
         def before_changes() -> None:
             loaded.append(ConsumerOffsetManager(self._path / "config"))
+            loaded_topics.append(TopicConfigManager(self._path / "config"))
 
         try:
             self._core = _rmqstore.Store(
@@ -158,11 +164,16 @@ class MessageStore:
         except BaseException as exc:
             for manager in loaded:
                 manager.close()
+            for topics in loaded_topics:
+                topics.close()
             raise _resource_error(exc, "opening the store") from exc
         if read_only:
             _OPEN_STORES.add(self)
             return
         self._offsets = loaded[0]
+        # config/topics.json: what a broker needs to serve the store's topics (written now,
+        # when dispatch finds a new topic or queue, and at close).
+        self._topic_config = TopicConfigService(self._core, loaded_topics[0])
         try:
             self._start_services(cfg)
         except BaseException as exc:
@@ -187,6 +198,9 @@ class MessageStore:
         ]
         if cfg.transient_store_pool_enable:
             services.append(CommitRealTimeService.for_config(self._core, cfg))
+        if self._topic_config is not None:
+            self._topic_config.sync()
+            services.append(self._topic_config)
         for service in services:
             service.start()
             self._services.append(service)
@@ -204,6 +218,7 @@ class MessageStore:
         self._forked = True
         self._services = []
         self._offsets = None
+        self._topic_config = None
         self._close_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -245,12 +260,30 @@ class MessageStore:
             self._core.stop_services()
             for service in self._services:
                 service.join()
+            self._sync_topic_config_at_close()
             try:
                 self._core.close()
             finally:
                 if self._offsets is not None:
                     self._offsets.close()
+                if self._topic_config is not None:
+                    self._topic_config.manager.close()
                 _OPEN_STORES.discard(self)
+
+    def _sync_topic_config_at_close(self) -> None:
+        """Dispatches what the last puts appended (close would do it next) and makes
+        ``config/topics.json`` cover it. A failure is logged: closing goes on."""
+        if self._topic_config is None:
+            return
+        try:
+            self._core.flush()
+            while self._core.dispatch_behind_bytes() > 0:
+                _, consumed, _, _ = self._core.dispatch_step(16 * 1024 * 1024, 0, 200)
+                if consumed == 0:
+                    break
+            self._topic_config.sync()
+        except Exception:
+            log.exception("%s: cannot update config/topics.json at close", self._path)
 
     def __enter__(self) -> MessageStore:
         return self

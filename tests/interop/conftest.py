@@ -17,8 +17,9 @@ import pytest
 # Appended, not prepended: ``from conftest import ...`` in tests/ must keep finding
 # tests/conftest.py.
 sys.path.append(str(Path(__file__).resolve().parent))
-pytest.register_assert_rewrite("interop_harness")
+pytest.register_assert_rewrite("interop_harness", "broker_harness")
 
+from broker_harness import BrokerHarness, build_broker_harness  # noqa: E402 - path above
 from interop_harness import BuildError, JavaHarness, build_harness  # noqa: E402 - path above
 
 
@@ -58,3 +59,33 @@ def referee(request: pytest.FixtureRequest) -> JavaHarness:
     name = "rocketmq" if request.param == "rmq5" else "rocketmq4"
     harness: JavaHarness = request.getfixturevalue(name)
     return harness
+
+
+#: Broker harness profiles and the RocketMQ versions they run.
+BROKER_VERSIONS = {"rmq551": "5.5.1 broker/store, 5.5.0 name server/client", "rmq533": "5.3.3"}
+
+
+@pytest.fixture(scope="session", params=list(BROKER_VERSIONS))
+def broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> BrokerHarness:
+    """A real RocketMQ broker and name server with real clients (``broker/``), one JVM per
+    run, on 127.0.0.1 only."""
+    java, mvn = shutil.which("java"), shutil.which("mvn")
+    missing = [name for name, path in (("java", java), ("mvn", mvn)) if path is None]
+    if missing:
+        pytest.skip(
+            f"BROKER INTEROP TESTS SKIPPED: {' and '.join(missing)} not found on PATH; the "
+            "broker round trip needs Java 17 and Maven"
+        )
+    assert java is not None
+    try:
+        classpath = build_broker_harness(request.param)
+    except BuildError as e:
+        pytest.fail(str(e), pytrace=False)
+    return BrokerHarness(
+        java=java,
+        classpath=classpath,
+        home=tmp_path_factory.mktemp(f"broker-home-{request.param}"),
+        version=BROKER_VERSIONS[request.param],
+    )

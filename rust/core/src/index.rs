@@ -52,6 +52,11 @@ pub const DEFAULT_MAX_MSGS_NUM_BATCH: usize = 64;
 pub const MAX_TRY_IDX_CREATE: u32 = 3;
 /// Length of an index file name (`yyyyMMddHHmmssSSS`).
 pub const INDEX_FILE_NAME_LEN: usize = 17;
+/// Length of the name of a file that re-indexes a gap between two files (see
+/// [`IndexService::fill_gap`]): the 17-digit name of the file before the gap and one digit,
+/// so that it sorts between its neighbours (RocketMQ and rmqstore both order index files by
+/// name, and RocketMQ only parses the name as a number).
+pub const GAP_FILE_NAME_LEN: usize = 18;
 
 const LOG_TARGET: &str = "rmqstore.index";
 
@@ -211,9 +216,11 @@ pub fn index_file_size(hash_slot_num: i32, index_num: i32) -> Result<i64> {
     Ok(size)
 }
 
-/// Whether `name` is an index file name: exactly 17 ASCII digits.
+/// Whether `name` is an index file name: 17 ASCII digits (`yyyyMMddHHmmssSSS`), or 18 for a
+/// file that fills a gap ([`GAP_FILE_NAME_LEN`]).
 pub fn is_index_file_name(name: &str) -> bool {
-    name.len() == INDEX_FILE_NAME_LEN && name.bytes().all(|b| b.is_ascii_digit())
+    (name.len() == INDEX_FILE_NAME_LEN || name.len() == GAP_FILE_NAME_LEN)
+        && name.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// `UtilAll.timeMillisToHumanString`: `yyyyMMddHHmmssSSS` in the local time zone
@@ -238,13 +245,13 @@ pub fn index_file_name(millis: i64) -> Option<String> {
         tm.tm_sec,
         ms
     );
-    is_index_file_name(&name).then_some(name)
+    (name.len() == INDEX_FILE_NAME_LEN && is_index_file_name(&name)).then_some(name)
 }
 
 /// The name one millisecond after `name` in civil time (`...235959999` → next day `...000000000`),
 /// or the next 17-digit number when `name` is not a valid date; `None` past `99991231235959999`.
 pub fn next_index_file_name(name: &str) -> Option<String> {
-    if !is_index_file_name(name) {
+    if name.len() != INDEX_FILE_NAME_LEN || !is_index_file_name(name) {
         return None;
     }
     let n: u64 = name.parse().ok()?;
@@ -293,7 +300,7 @@ pub fn next_index_file_name(name: &str) -> Option<String> {
         ((((((y * 100 + mo) * 100 + d) * 100 + h) * 100 + mi) * 100 + s) * 1000) + ms
     };
     let s = format!("{next:017}");
-    is_index_file_name(&s).then_some(s)
+    (s.len() == INDEX_FILE_NAME_LEN).then_some(s)
 }
 
 fn days_in_month(year: u64, month: u64) -> u64 {
@@ -1445,7 +1452,9 @@ impl IndexService {
         })?;
         if let Some(p) = &prev {
             if is_index_file_name(p.file_name()) && name.as_str() <= p.file_name() {
-                name = next_index_file_name(p.file_name()).unwrap_or(name);
+                // The last file may be a gap file (18 digits): step on from its 17-digit base.
+                let base = &p.file_name()[..INDEX_FILE_NAME_LEN];
+                name = next_index_file_name(base).unwrap_or(name);
             }
         }
         let file = loop {
@@ -1659,6 +1668,268 @@ fn flush_file(file: &IndexFile, index_msg_timestamp: &AtomicI64) -> Result<()> {
     Ok(())
 }
 
+/// A stretch of the commitlog between two neighbouring index files that hold entries (or
+/// before the first of them) that no file covers: the messages from `from` to `to`, both
+/// included, may have keys that no file holds. The two boundary messages may be partly indexed
+/// (a message whose keys do not all fit in a file continues in the next one).
+///
+/// Such a stretch is normal when it holds only messages without keys. It is a loss when
+/// RocketMQ made two index files in the same millisecond: it names a new file after the
+/// current time (`yyyyMMddHHmmssSSS`) and opens an existing file of that name, so the second
+/// file overwrites the first, whose entries are gone (seen with RocketMQ 5.5.1 under load).
+#[derive(Clone, Debug)]
+pub struct IndexGap {
+    /// The file before the gap (`None`: the gap lies before the first file).
+    pub prev: Option<Arc<IndexFile>>,
+    /// The file after the gap.
+    pub next: Arc<IndexFile>,
+    /// Commitlog offset of the first message that may lack entries: the previous file's last
+    /// message, or the commitlog's first before the first file.
+    pub from: i64,
+    /// Commitlog offset of the last message that may lack entries: the next file's first.
+    pub to: i64,
+}
+
+impl IndexFile {
+    /// Begin phy offset: the commitlog offset of the first message with an entry here.
+    pub fn begin_phy_offset(&self) -> i64 {
+        self.begin_phy_offset.load(Ordering::Acquire)
+    }
+
+    /// How many entries of this file hold `key_hash` for the message at `phy_offset` (walking
+    /// the hash's bucket chain as a query does, with the same bounds).
+    pub fn count_entries(&self, key_hash: i32, phy_offset: i64) -> usize {
+        let count = self.index_count.load(Ordering::Acquire);
+        let Some(slot_value) = self.get_i32(self.slot_word(key_hash), Ordering::Acquire) else {
+            return 0;
+        };
+        if slot_value <= 0 || slot_value > count || count <= 1 {
+            return 0;
+        }
+        let mut found = 0;
+        let mut next = slot_value;
+        let mut steps = 0;
+        while next < self.index_num && steps < self.index_num {
+            steps += 1;
+            let w = self.entry_word(next);
+            let (Some(hash_read), Some(phy_read), Some(prev)) = (
+                self.get_i32(w, Ordering::Relaxed),
+                self.get_i64(w + 1, Ordering::Relaxed),
+                self.get_i32(w + 4, Ordering::Relaxed),
+            ) else {
+                break;
+            };
+            if hash_read == key_hash && phy_read == phy_offset {
+                found += 1;
+            }
+            if prev <= 0 || prev > count || prev == next {
+                break;
+            }
+            next = prev;
+        }
+        found
+    }
+}
+
+/// Removes from `hashes` as many occurrences of each hash as `file` holds entries of it for
+/// the message at `phy_offset`.
+fn remove_indexed(hashes: &mut Vec<i32>, file: &IndexFile, phy_offset: i64) {
+    let mut distinct = hashes.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    for h in distinct {
+        let mut present = file.count_entries(h, phy_offset);
+        hashes.retain(|&x| {
+            if x == h && present > 0 {
+                present -= 1;
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
+/// Names for files filling a gap between `prev` and `next`, in order: the 17-digit name of the
+/// file before (or, before the first file, the number one below the next file's) followed by
+/// one digit, each sorting after `prev` and before `next`.
+fn gap_file_names(prev: Option<&str>, next: &str) -> Vec<String> {
+    let base = match prev {
+        Some(p) if p.len() >= INDEX_FILE_NAME_LEN => p[..INDEX_FILE_NAME_LEN].to_owned(),
+        Some(_) => return Vec::new(),
+        None => match next
+            .get(..INDEX_FILE_NAME_LEN)
+            .and_then(|n| n.parse::<u64>().ok())
+            .and_then(|n| n.checked_sub(1))
+        {
+            Some(n) => format!("{n:017}"),
+            None => return Vec::new(),
+        },
+    };
+    (1..=9)
+        .map(|d| format!("{base}{d}"))
+        .filter(|name| prev.is_none_or(|p| name.as_str() > p) && name.as_str() < next)
+        .collect()
+}
+
+impl IndexService {
+    /// The stretches of the commitlog from `min_offset` on that no index file covers (see
+    /// [`IndexGap`]), oldest first. Files without entries cover nothing and are passed over.
+    pub fn gaps(&self, min_offset: i64) -> Vec<IndexGap> {
+        let mut out = Vec::new();
+        let mut prev: Option<Arc<IndexFile>> = None;
+        for f in self.files() {
+            if f.index_count() <= 1 {
+                continue;
+            }
+            let from = prev
+                .as_ref()
+                .map_or(min_offset, |p| p.end_phy_offset())
+                .max(min_offset);
+            let to = f.begin_phy_offset();
+            if to > from {
+                out.push(IndexGap {
+                    prev: prev.clone(),
+                    next: Arc::clone(&f),
+                    from,
+                    to,
+                });
+            }
+            prev = Some(f);
+        }
+        out
+    }
+
+    /// Puts the entries that the messages of `batch` (the messages of `gap`, in commitlog order)
+    /// lack into new files between the gap's neighbours: every key of a message inside the gap,
+    /// and the keys of the boundary messages that their file does not hold. A gap file is named
+    /// after the file before it with one more digit (see [`GAP_FILE_NAME_LEN`]), so that name
+    /// order stays offset and time order for RocketMQ and rmqstore, and is seeded like a file
+    /// made by a roll. Returns how many entries were written. When the nine names between the
+    /// neighbours are used up, the rest stays unindexed (logged).
+    pub fn fill_gap(&self, gap: &IndexGap, batch: &mut IndexBatch) -> Result<usize> {
+        batch.hash_pending();
+        let mut missing: Vec<(i64, i64, Vec<i32>)> = Vec::new();
+        let mut start = 0;
+        for &(phy, ts, end) in &batch.messages {
+            let mut hashes = batch.hashes[start..end].to_vec();
+            start = end;
+            if let Some(p) = &gap.prev {
+                if phy == p.end_phy_offset() {
+                    remove_indexed(&mut hashes, p, phy);
+                }
+            }
+            if phy == gap.next.begin_phy_offset() {
+                remove_indexed(&mut hashes, &gap.next, phy);
+            }
+            if !hashes.is_empty() {
+                missing.push((phy, ts, hashes));
+            }
+        }
+        batch.hashes.clear();
+        batch.messages.clear();
+        if missing.is_empty() {
+            return Ok(0);
+        }
+        let mut w = lock(&self.writer);
+        *w = None;
+        self.join_pending_flushes();
+        let mut names = gap_file_names(
+            gap.prev.as_ref().map(|p| p.file_name()),
+            gap.next.file_name(),
+        )
+        .into_iter();
+        let (mut seed_phy, mut seed_ts) = gap
+            .prev
+            .as_ref()
+            .map_or((0, 0), |p| (p.end_phy_offset(), p.end_timestamp()));
+        let mut made: Vec<Arc<IndexFile>> = Vec::new();
+        let mut written = 0;
+        let mut result = Ok(());
+        'messages: for (phy, ts, hashes) in &missing {
+            let mut rest = &hashes[..];
+            while !rest.is_empty() {
+                let file = match made.last() {
+                    Some(f) if !f.is_write_full() => Arc::clone(f),
+                    last => {
+                        if let Some(f) = last {
+                            (seed_phy, seed_ts) = (f.end_phy_offset(), f.end_timestamp());
+                        }
+                        let created = loop {
+                            let Some(name) = names.next() else {
+                                break None;
+                            };
+                            let path = self.dir.join(&name);
+                            match IndexFile::create(
+                                &path,
+                                self.hash_slot_num,
+                                self.index_num,
+                                seed_phy,
+                                seed_ts,
+                            ) {
+                                Ok(f) => break Some(Ok(f)),
+                                Err(e) if e.os_errno() == Some(libc::EEXIST) => {}
+                                Err(e) => break Some(Err(e)),
+                            }
+                        };
+                        match created {
+                            Some(Ok(f)) => {
+                                log::info!(
+                                    target: LOG_TARGET,
+                                    "created index file {} for keys missing between {} and {}",
+                                    f.path().display(),
+                                    gap.prev.as_ref().map_or("the start", |p| p.file_name()),
+                                    gap.next.file_name()
+                                );
+                                let f = Arc::new(f);
+                                made.push(Arc::clone(&f));
+                                f
+                            }
+                            Some(Err(e)) => {
+                                result = Err(e);
+                                break 'messages;
+                            }
+                            None => {
+                                log::error!(
+                                    target: LOG_TARGET,
+                                    "no file name left between index files {} and {}: keys of \
+                                     messages from commitlog offset {phy} on stay unindexed",
+                                    gap.prev.as_ref().map_or("(none)", |p| p.file_name()),
+                                    gap.next.file_name()
+                                );
+                                break 'messages;
+                            }
+                        }
+                    }
+                };
+                let put = file.writer().put(rest, *phy, *ts);
+                if put == 0 && !file.is_write_full() {
+                    result = Err(StoreError::corrupted(
+                        file.path(),
+                        "a new index file refused a key",
+                    ));
+                    break 'messages;
+                }
+                written += put;
+                rest = &rest[put..];
+            }
+        }
+        if !made.is_empty() {
+            let mut files = write_lock(&self.files);
+            let at = files.partition_point(|f| f.file_name() < made[0].file_name());
+            files.splice(at..at, made.iter().cloned());
+        }
+        drop(w);
+        for f in &made {
+            let flushed = flush_file(f, &self.index_msg_timestamp);
+            if result.is_ok() {
+                result = flushed;
+            }
+        }
+        result.map(|()| written)
+    }
+}
+
 impl Drop for IndexService {
     fn drop(&mut self) {
         self.join_pending_flushes();
@@ -1815,12 +2086,45 @@ mod tests {
     }
 
     #[test]
+    fn gap_file_names_sort_between_their_neighbours() {
+        let p = "20240101120000149";
+        let n = "20240101120000150";
+        let names = gap_file_names(Some(p), n);
+        assert_eq!(names.len(), 9);
+        assert_eq!(names[0], "202401011200001491");
+        assert!(names.iter().all(|x| is_index_file_name(x)));
+        let mut all: Vec<&str> = names.iter().map(String::as_str).collect();
+        all.extend([p, n, "20240101120000148", "20240101120000151"]);
+        all.sort_unstable();
+        assert_eq!(all[1], p);
+        assert_eq!(all[11], n);
+        // After a gap file: the following digits only.
+        assert_eq!(
+            gap_file_names(Some("202401011200001497"), n),
+            ["202401011200001498", "202401011200001499"]
+        );
+        // Before the first file: the number below it, then a digit.
+        assert_eq!(gap_file_names(None, n)[0], "202401011200001491");
+        assert_eq!(
+            gap_file_names(None, "00000000000000000"),
+            Vec::<String>::new()
+        );
+        // Before a gap file of the same base: only smaller digits.
+        assert_eq!(
+            gap_file_names(Some(p), "202401011200001493"),
+            ["202401011200001491", "202401011200001492"]
+        );
+    }
+
+    #[test]
     fn names_are_local_time_and_successors_are_civil() {
         let name = index_file_name(now_millis()).unwrap();
         assert!(is_index_file_name(&name));
         assert!(name.starts_with("20"));
         assert!(!is_index_file_name("2024010112000000"));
         assert!(!is_index_file_name("2024010112000000x"));
+        assert!(is_index_file_name("202401011200000001"));
+        assert!(!is_index_file_name("2024010112000000001"));
         for (name, next) in [
             ("20240101120000000", "20240101120000001"),
             ("20240101120059999", "20240101120100000"),

@@ -285,6 +285,15 @@ impl MessageStore {
                 None if !last_exit_ok => dispatch_from = min,
                 None => {}
             }
+            // Keys missing between two index files (RocketMQ can lose a file's worth, see
+            // `reput::fill_index_gaps`) are indexed again, in files between the two.
+            let refilled = crate::reput::fill_index_gaps(&commitlog, index)?;
+            if refilled > 0 {
+                log::warn!(
+                    target: "rmqstore.store",
+                    "re-indexed {refilled} keys missing between index files"
+                );
+            }
         }
         machine.transit(StoreState::RecoverTopicQueueTableOk)?;
         let open = Open {

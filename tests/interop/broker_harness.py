@@ -1,0 +1,273 @@
+"""A real RocketMQ broker and name server (``broker/``, ``rmqbroker.BrokerHarness``) for the
+broker round trip of ``test_broker.py``: build, ports, running it bounded in time, checking that
+it listens on 127.0.0.1 only, and reading its JSON lines.
+
+Profiles (``broker/pom.xml``): ``rmq551`` is RocketMQ 5.5.1's broker and store with the 5.5.0
+name server, client and tools (the newest on Maven Central; they work together), ``rmq533`` is
+5.3.3 throughout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from interop_harness import BuildError, _m2_repository
+
+BROKER_DIR = Path(__file__).resolve().parent / "broker"
+#: Maven profile -> build directory.
+PROFILES = {"rmq551": BROKER_DIR / "target", "rmq533": BROKER_DIR / "target" / "rmq533"}
+MAVEN_TIMEOUT = 900
+#: What the JVM may take in all (its own watchdog halts it after HARNESS_TIMEOUT).
+HARNESS_TIMEOUT = 240
+
+
+def _sources() -> list[Path]:
+    return [
+        BROKER_DIR / "pom.xml",
+        *sorted((BROKER_DIR / "src").rglob("*.java")),
+        *sorted((BROKER_DIR / "src").rglob("*.HAService")),
+    ]
+
+
+def _built(target: Path) -> bool:
+    classpath_file = target / "classpath.txt"
+    jar = target / "rmq-broker-harness-1.0.jar"
+    if not (classpath_file.exists() and jar.exists()):
+        return False
+    built = min(classpath_file.stat().st_mtime, jar.stat().st_mtime)
+    return all(p.stat().st_mtime <= built for p in _sources())
+
+
+def build_broker_harness(profile: str) -> str:
+    """Builds the broker harness for a profile if needed (offline first when the local
+    repository has RocketMQ's broker, online otherwise); returns its classpath."""
+    target = PROFILES[profile]
+    target.mkdir(parents=True, exist_ok=True)
+    mvn = shutil.which("mvn")
+    assert mvn is not None
+    with open(BROKER_DIR / "target" / ".build-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _built(target):
+            warm = (_m2_repository() / "org" / "apache" / "rocketmq" / "rocketmq-broker").exists()
+            proc = None
+            for offline in [True, False] if warm else [False]:
+                cmd = [mvn, "-B", "-q", *(["-o"] if offline else [])]
+                if profile != "rmq551":
+                    cmd += ["-P", profile]
+                if "MAVEN_REPO_LOCAL" in os.environ:
+                    cmd.append(f"-Dmaven.repo.local={_m2_repository()}")
+                proc = subprocess.run(
+                    [*cmd, "package"],
+                    cwd=BROKER_DIR,
+                    capture_output=True,
+                    text=True,
+                    timeout=MAVEN_TIMEOUT,
+                    check=False,
+                )
+                if proc.returncode == 0:
+                    break
+            assert proc is not None
+            if proc.returncode != 0:
+                raise BuildError(
+                    f"building the RocketMQ broker harness ({profile}) failed "
+                    f"(mvn exit {proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
+                )
+    return f"{target / 'classes'}{os.pathsep}{(target / 'classpath.txt').read_text().strip()}"
+
+
+# -- ports and sockets ----------------------------------------------------------------------
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports() -> tuple[int, int, int]:
+    """(name server, broker, HA) ports free on 127.0.0.1; the broker also needs port - 2 (its
+    "fast" remoting server)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        ports = (base, base + 3, base + 4)
+        if base + 4 < 65536 and all(_port_free(p) for p in (base, base + 1, base + 3, base + 4)):
+            return ports
+    raise RuntimeError("no four free ports in a row on 127.0.0.1")
+
+
+def listening_addresses(pid: int) -> list[tuple[str, int]]:
+    """The local (address, port) of every TCP socket that ``pid`` holds in LISTEN state, from
+    /proc (IPv4 and IPv6)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    out: list[tuple[str, int]] = []
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        path = Path(f"/proc/{pid}/net/{table}")
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state != "0A" or inode not in inodes:  # 0A = LISTEN
+                continue
+            hex_addr, hex_port = local.split(":")
+            raw = bytes.fromhex(hex_addr)
+            # /proc prints the address as host-order 32-bit words.
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            addr = socket.inet_ntop(family, raw)
+            # Java's sockets are IPv6 ones: an IPv4 address shows as ::ffff:a.b.c.d.
+            out.append((addr.removeprefix("::ffff:"), int(hex_port, 16)))
+    return out
+
+
+# -- running --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerSizes:
+    """Segment sizes both the broker and rmqstore use (they must match)."""
+
+    commitlog: int = 1024 * 1024
+    cq: int = 20 * 1000
+    hash_slots: int = 500
+    index_num: int = 2000
+
+    def java_args(self) -> list[str]:
+        return [
+            "--commitlog-size", str(self.commitlog),
+            "--cq-size", str(self.cq),
+            "--hash-slots", str(self.hash_slots),
+            "--index-num", str(self.index_num),
+        ]  # fmt: skip
+
+    def rmq(self, store_host: str) -> dict[str, Any]:
+        return {
+            "mapped_file_size_commit_log": self.commitlog,
+            "mapped_file_size_consume_queue": self.cq,
+            "max_hash_slot_num": self.hash_slots,
+            "max_index_num": self.index_num,
+            "store_host": store_host,
+        }
+
+
+@dataclasses.dataclass
+class BrokerRun:
+    """What one ``serve`` printed, by kind, and the sockets it listened on."""
+
+    lines: list[dict[str, Any]]
+    listening: list[tuple[str, int]]
+    stderr: str
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [x for x in self.lines if x.get("kind") == kind]
+
+
+@dataclasses.dataclass
+class BrokerHarness:
+    java: str
+    classpath: str
+    home: Path
+    version: str
+
+    def command(self, ports: tuple[int, int, int], sizes: BrokerSizes, *args: str) -> list[str]:
+        namesrv, broker, ha = ports
+        return [
+            self.java,
+            "--add-opens=java.base/java.nio=ALL-UNNAMED",
+            "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+            "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
+            "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED",
+            "-Xmx512m",
+            f"-Duser.home={self.home}",
+            "-cp",
+            self.classpath,
+            "rmqbroker.BrokerHarness",
+            "--namesrv-port", str(namesrv),
+            "--broker-port", str(broker),
+            "--ha-port", str(ha),
+            "--timeout-s", str(HARNESS_TIMEOUT),
+            *sizes.java_args(),
+            *args,
+        ]  # fmt: skip
+
+    def serve(
+        self,
+        store: Path,
+        ports: tuple[int, int, int],
+        sizes: BrokerSizes,
+        topics: list[str],
+        produce: list[dict[str, Any]] | None = None,
+    ) -> BrokerRun:
+        """Runs a broker on ``store``: reads ``topics`` with real clients, then sends
+        ``produce`` through it, then shuts down. Returns its lines; fails on a non-zero exit.
+        The sockets are read from /proc as soon as it reports it started."""
+        args = ["serve", str(store), ",".join(topics)]
+        if produce is not None:
+            jsonl = store.parent / f"produce-{time.monotonic_ns()}.jsonl"
+            jsonl.write_text("".join(json.dumps(d) + "\n" for d in produce))
+            args.append(str(jsonl))
+        proc = subprocess.Popen(
+            self.command(ports, sizes, *args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        stderr: list[str] = []
+        drain = threading.Thread(target=lambda: stderr.extend(proc.stderr or []), daemon=True)
+        drain.start()
+        lines: list[dict[str, Any]] = []
+        listening: list[tuple[str, int]] = []
+        try:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = json.loads(raw)
+                lines.append(line)
+                if line["kind"] == "started":
+                    listening = listening_addresses(proc.pid)
+            rc = proc.wait(timeout=HARNESS_TIMEOUT + 30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            drain.join(10)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        err = "".join(stderr)
+        assert rc == 0, f"broker harness exited {rc}\nstderr: {err[-6000:]}"
+        assert lines[0]["kind"] == "started", lines[:3]
+        assert lines[-1] == {"kind": "stopped"}, lines[-3:]
+        return BrokerRun(lines=lines, listening=listening, stderr=err)
+
+    def load_offsets(self, dirs: list[Path]) -> list[dict[str, Any]]:
+        """RocketMQ's ``ConfigManager.load`` of each folder's consumerOffset.json."""
+        proc = subprocess.run(
+            self.command((0, 0, 0), BrokerSizes(), "load-offsets", *map(str, dirs)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return [json.loads(x) for x in proc.stdout.splitlines()]
