@@ -1007,6 +1007,9 @@ pub struct MessageExt {
     properties: (u32, u32),
     /// The body decompressed, for a compressed record read with decompression.
     decompressed: Option<Box<[u8]>>,
+    /// SYSFLAG as stored ([`MessageExt::sys_flag`] loses the COMPRESSED bit when the body is
+    /// decompressed, as RocketMQ's decoder does).
+    stored_sys_flag: i32,
 }
 
 fn span(outer: &[u8], inner: &[u8]) -> (u32, u32) {
@@ -1037,19 +1040,28 @@ impl MessageExt {
             properties: span(record, d.properties),
             raw,
             decompressed: None,
+            stored_sys_flag: d.sys_flag,
         }
     }
 
     /// Decompresses a compressed body (see [`crate::compression`]): [`MessageExt::body`] then
-    /// gives the body the producer sent. Nothing changes for an uncompressed record.
+    /// gives the body the producer sent, and `sys_flag` loses the COMPRESSED bit (keeping the
+    /// compression type bits), as in the `MessageExt` RocketMQ's client decoder gives.
+    /// Nothing changes for an uncompressed record.
     pub fn decompress(&mut self) -> Result<(), crate::compression::DecompressError> {
-        if self.sys_flag & sysflag::COMPRESSED == 0 || self.decompressed.is_some() {
+        if self.stored_sys_flag & sysflag::COMPRESSED == 0 || self.decompressed.is_some() {
             return Ok(());
         }
         let mut out = Vec::new();
-        crate::compression::decompress_into(self.sys_flag, self.stored_body(), &mut out)?;
+        crate::compression::decompress_into(self.stored_sys_flag, self.stored_body(), &mut out)?;
         self.decompressed = Some(out.into_boxed_slice());
+        self.sys_flag &= !sysflag::COMPRESSED;
         Ok(())
+    }
+
+    /// SYSFLAG as stored in the record.
+    pub fn stored_sys_flag(&self) -> i32 {
+        self.stored_sys_flag
     }
 
     /// Whether the body was given back decompressed.

@@ -257,7 +257,7 @@ impl MessageExt {
     /// is stored uncompressed.
     #[getter]
     fn compression(&self) -> Option<String> {
-        match rmqstore_core::compression::Compression::of_sys_flag(self.inner.sys_flag)? {
+        match rmqstore_core::compression::Compression::of_sys_flag(self.inner.stored_sys_flag())? {
             Ok(c) => Some(c.name().to_owned()),
             Err(value) => Some(format!("UNKNOWN({value})")),
         }
