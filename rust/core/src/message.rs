@@ -301,15 +301,14 @@ pub fn keep_last_of_each<T, N: Eq + std::hash::Hash>(items: &mut Vec<T>, name: i
 /// more than once (RocketMQ 5.3's batch members hold `UNIQ_KEY` twice) answers with its last
 /// value, as RocketMQ's properties map does (later entries replace earlier ones).
 pub fn find_property<'a>(props: &'a str, name: &str) -> Option<&'a str> {
-    let mut found = None;
-    for item in props.split(PROPERTY_SEPARATOR) {
-        if let Some((k, v)) = item.split_once(NAME_VALUE_SEPARATOR) {
-            if k == name && !v.is_empty() {
-                found = Some(v);
-            }
+    let mut found: Option<&'a [u8]> = None;
+    for_each_property(props.as_bytes(), |k, v| {
+        if k == name.as_bytes() && !v.is_empty() {
+            found = Some(v);
         }
-    }
-    found
+    });
+    // The separators are ASCII, so a value between them is whole UTF-8 of `props`.
+    found.and_then(|v| std::str::from_utf8(v).ok())
 }
 
 /// The offset message id: hex of store ip ‖ store port ‖ commitlog offset.

@@ -274,7 +274,8 @@ pub fn get_message(
             next_phy_file_start = u.phy_offset + file_size - u.phy_offset.rem_euclid(file_size);
             continue;
         };
-        if !filter.matches_tag(m.tags()) {
+        // The tag is looked up only for a filter that needs it.
+        if !filter.is_all() && !filter.matches_tag(m.tags()) {
             continue;
         }
         r.buffer_total_size += i64::from(u.size);
