@@ -294,3 +294,20 @@ def test_tag_hash_collision_never_returns_the_other_tag(open_small) -> None:
     fill(store, "OnlyBB", 5, tags="BB")
     r = store.get_message("g", "OnlyBB", 0, 0, 32, "Aa")
     assert (r.status, r.next_begin_offset, r.messages) == (S.NO_MATCHED_MESSAGE, 5, [])
+
+
+def test_tags_ending_in_unicode_spaces_can_be_subscribed_to(open_small) -> None:
+    """Issue 15 item 13: RocketMQ trims each tag of a subscription with Java's String.trim(),
+    which strips only code points up to U+0020; a tag ending in a no-break, line-separator or
+    ideographic space is subscribed to as it was stored."""
+    store = open_small()
+    tags = ["Paid\u00a0", "Paid\u2028", "\u3000Paid", "Paid"]
+    for t in tags:
+        assert store.put_message(Message("Uni", t.encode(), tags=t)).ok
+    assert store.wait_dispatched()
+    for t in tags:
+        r = store.get_message("g", "Uni", 0, 0, 32, f" {t}\t|| Other ")
+        assert r.status is GetMessageStatus.FOUND, repr(t)
+        assert [m.tags for m in r.messages] == [t]
+    r = store.get_message("g", "Uni", 0, 0, 32, "\x01Paid\x1f")
+    assert [m.tags for m in r.messages] == ["Paid"]
