@@ -38,12 +38,18 @@ impl StoreCheckpoint {
             let len = std::fs::symlink_metadata(path)
                 .map_err(|e| StoreError::io("cannot stat", path, e))?
                 .len();
-            if len != 0 && len != CHECKPOINT_FILE_SIZE {
-                return Err(StoreError::corrupted(
-                    path,
-                    format!("checkpoint is {len} bytes, expected {CHECKPOINT_FILE_SIZE}"),
-                ));
-            }
+            Self::check_len(path, len)?;
+        }
+        Ok(())
+    }
+
+    /// A checkpoint is empty (just created) or RocketMQ's 4 KiB.
+    fn check_len(path: &Path, len: u64) -> Result<()> {
+        if len != 0 && len != CHECKPOINT_FILE_SIZE {
+            return Err(StoreError::corrupted(
+                path,
+                format!("checkpoint is {len} bytes, expected {CHECKPOINT_FILE_SIZE}"),
+            ));
         }
         Ok(())
     }
@@ -65,12 +71,7 @@ impl StoreCheckpoint {
             .metadata()
             .map_err(|e| StoreError::io("cannot stat", path, e))?
             .len();
-        if len != 0 && len != CHECKPOINT_FILE_SIZE {
-            return Err(StoreError::corrupted(
-                path,
-                format!("checkpoint is {len} bytes, expected {CHECKPOINT_FILE_SIZE}"),
-            ));
-        }
+        Self::check_len(path, len)?;
         let mut buf = [0u8; 40];
         if len != 0 {
             file.read_exact_at(&mut buf, 0)

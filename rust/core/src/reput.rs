@@ -5,7 +5,7 @@
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
-use crate::commitlog::CommitLog;
+use crate::commitlog::{queue_fields_are_legal, CommitLog};
 use crate::consume_queue::{ConsumeQueue, MAX_QUEUE_OFFSET};
 use crate::consume_queue_store::ConsumeQueueStore;
 use crate::error::{Result, StoreError};
@@ -369,6 +369,17 @@ pub fn reput(
     Ok(step)
 }
 
+/// The message record at the start of `rest`, viewed in place, if one whole record is there
+/// (its TOTALSIZE within `rest`); anything else (a blank record, damage, the end) is `None`.
+#[inline(always)]
+fn view_next(rest: &[u8]) -> Option<RecordView<'_>> {
+    let total = if rest.len() >= 8 { be_i32(rest, 0) } else { 0 };
+    if total <= 0 || total as usize > rest.len() {
+        return None;
+    }
+    view_record(&rest[..total as usize])
+}
+
 /// One pass over the records in `[*from, end)`, at most about `max_bytes`. `*from` moves only
 /// once everything up to the new position is built, so a failed pass is simply redone (consume
 /// queue units and index keys already built are skipped).
@@ -398,11 +409,8 @@ fn pass(
             // Fast path: a whole message record viewed in place; anything else goes through the
             // full check for its exact outcome.
             let rest = &data[at..];
-            let total = if rest.len() >= 8 { be_i32(rest, 0) } else { 0 };
-            let view = (total > 0 && total as usize <= rest.len())
-                .then(|| view_record(&rest[..total as usize]))
-                .flatten();
-            if let Some(v) = view {
+            if let Some(v) = view_next(rest) {
+                let total = v.total_size;
                 prefetch_next(data, at, at + total as usize);
                 dispatcher.record(&v, pos)?;
                 step.last_store_timestamp = v.store_timestamp;
@@ -540,11 +548,8 @@ fn scan_for_index(
         let mut at = 0usize;
         while at < data.len() && pos <= to {
             let rest = &data[at..];
-            let total = if rest.len() >= 8 { be_i32(rest, 0) } else { 0 };
-            let view = (total > 0 && total as usize <= rest.len())
-                .then(|| view_record(&rest[..total as usize]))
-                .flatten();
-            if let Some(v) = view {
+            if let Some(v) = view_next(rest) {
+                let total = v.total_size;
                 if v.topic != raw_topic.as_slice() {
                     raw_topic.clear();
                     raw_topic.extend_from_slice(v.topic);
@@ -558,15 +563,20 @@ fn scan_for_index(
                             .is_some_and(|k| k.split(' ').any(|x| !x.is_empty()))
                         || (index_tags && props.tags.is_some());
                 }
-                batch.add(
-                    &topic,
-                    props.keys,
-                    props.uniq_key,
-                    props.tags.filter(|_| index_tags),
-                    v.physical_offset,
-                    v.store_timestamp,
-                    v.sys_flag,
-                );
+                // A damaged record dispatch passes over is not indexed here either.
+                if v.physical_offset == pos
+                    && queue_fields_are_legal(v.topic, v.queue_id, v.queue_offset)
+                {
+                    batch.add(
+                        &topic,
+                        props.keys,
+                        props.uniq_key,
+                        props.tags.filter(|_| index_tags),
+                        v.physical_offset,
+                        v.store_timestamp,
+                        v.sys_flag,
+                    );
+                }
                 at += total as usize;
                 pos += i64::from(total);
                 records += 1;
