@@ -386,6 +386,47 @@ def test_a_forked_child_never_touches_its_parents_store(tmp_path: Path, in_subpr
     assert out.endswith("OK"), out
 
 
+LOCK_SCRIPT = r"""
+import os, sys, time
+import rmqstore
+from rmqstore import Message, MessageStore
+
+path = PATH
+small = {"mapped_file_size_commit_log": 64 * 1024}
+store = MessageStore(path, **small)
+store.put_message(Message("L", b"x"))
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(w)
+    os.read(r, 1)  # the parent closed and reopened the store
+    try:
+        MessageStore(path, **small)  # the parent holds it: refused, not a second writer
+    except rmqstore.StoreLockedError:
+        os._exit(0)
+    os._exit(4)
+os.close(r)
+# The child lives on with copies of every descriptor: the store's lock must still be the
+# parent's alone, so closing and reopening here works.
+store.close()
+again = MessageStore(path, **small)
+assert again.look_message_by_offset(0).body == b"x"
+os.write(w, b"1")
+_, status = os.waitpid(pid, 0)
+assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+again.close()
+print("OK")
+"""
+
+
+def test_a_forked_child_does_not_keep_its_parents_lock(tmp_path: Path, in_subprocess) -> None:
+    """The lock is an open-file-description lock, and a child inherits the lock file's
+    descriptor: without closing the child's copy at fork, the parent could not reopen a store
+    it closed while the child lived."""
+    out = in_subprocess(LOCK_SCRIPT.replace("PATH", repr(str(tmp_path / "s"))))
+    assert out.endswith("OK"), out
+
+
 # -- a failed start (item 7) -------------------------------------------------------------------
 
 START_SCRIPT = r"""

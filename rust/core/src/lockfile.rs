@@ -7,20 +7,84 @@
 //! when the process closes some other descriptor of the file (reading `lock` elsewhere in the
 //! process must not unlock the store), and it conflicts between two opens in one process too.
 //! A process-wide table of open folders gives that case a clearer message.
+//!
+//! An OFD lock lives as long as any descriptor of its open file description: a forked child
+//! inherits the lock file's descriptor, and would keep the parent's lock held after the parent
+//! closed the store (its reopen would then be refused until the child exits). The table keeps
+//! each lock's descriptor, and a fork child handler closes them ([`forget_in_child`]): the
+//! child never holds its parent's locks. The table is a fixed array of atomics behind a spin
+//! lock, so that the handler (which may not allocate or wait) can read and reset it.
 
-use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use crate::error::{Result, StoreError};
 
-fn open_stores() -> &'static Mutex<HashSet<(u64, u64)>> {
-    static OPEN: OnceLock<Mutex<HashSet<(u64, u64)>>> = OnceLock::new();
-    OPEN.get_or_init(|| Mutex::new(HashSet::new()))
+/// Most stores one process holds open at once.
+pub const MAX_OPEN_STORES: usize = 1024;
+
+/// One open store: its folder's device and inode, and its lock file's descriptor (-1: free).
+struct Slot {
+    dev: AtomicU64,
+    ino: AtomicU64,
+    fd: AtomicI32,
+}
+
+#[allow(clippy::declare_interior_mutable_const)] // the array initializer, one fresh slot each
+const FREE: Slot = Slot {
+    dev: AtomicU64::new(0),
+    ino: AtomicU64::new(0),
+    fd: AtomicI32::new(-1),
+};
+static SLOTS: [Slot; MAX_OPEN_STORES] = [FREE; MAX_OPEN_STORES];
+static TABLE_BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Holds the table (a spin lock: held only to scan 1024 atomics).
+struct TableGuard;
+
+impl TableGuard {
+    fn take() -> TableGuard {
+        while TABLE_BUSY
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        TableGuard
+    }
+
+    fn find(&self, key: (u64, u64)) -> Option<&'static Slot> {
+        SLOTS.iter().find(|s| {
+            s.fd.load(Ordering::Relaxed) >= 0
+                && (s.dev.load(Ordering::Relaxed), s.ino.load(Ordering::Relaxed)) == key
+        })
+    }
+}
+
+impl Drop for TableGuard {
+    fn drop(&mut self) {
+        TABLE_BUSY.store(false, Ordering::Release);
+    }
+}
+
+/// In a fork child (from `crate::fork`'s handler, with one thread): closes the child's copies
+/// of the lock descriptors of every store the parent holds open, and empties the table, so the
+/// child holds none of its parent's locks and can open stores of its own. Only atomics and
+/// `close`: async-signal-safe.
+pub(crate) fn forget_in_child() {
+    for s in &SLOTS {
+        let fd = s.fd.swap(-1, Ordering::Relaxed);
+        if fd >= 0 {
+            // SAFETY: the child's copy of a descriptor the parent's StoreLock owns; the child
+            // never drops that StoreLock (stores opened before a fork are leaked there).
+            unsafe { libc::close(fd) };
+        }
+    }
+    TABLE_BUSY.store(false, Ordering::Release);
 }
 
 /// The content RocketMQ writes into the lock file.
@@ -62,15 +126,22 @@ impl StoreLock {
     /// created empty if missing, and never removed: removing it could let two processes lock two
     /// different files); see [`StoreLock::mark_open`].
     pub fn acquire(root: &Path) -> Result<StoreLock> {
+        crate::fork::generation(); // registers the fork handler before a lock is held
         let meta = std::fs::metadata(root).map_err(|e| StoreError::io("cannot stat", root, e))?;
         let key = (meta.dev(), meta.ino());
-        let mut open = open_stores().lock().unwrap_or_else(|p| p.into_inner());
-        if open.contains(&key) {
+        let table = TableGuard::take();
+        if table.find(key).is_some() {
             return Err(StoreError::Locked {
                 path: root.to_path_buf(),
                 holder: "by this process".into(),
             });
         }
+        let Some(slot) = SLOTS.iter().find(|s| s.fd.load(Ordering::Relaxed) < 0) else {
+            return Err(StoreError::InvalidArgument(format!(
+                "cannot open {}: this process already holds {MAX_OPEN_STORES} stores open",
+                root.display()
+            )));
+        };
         let path = root.join("lock");
         let file = crate::util::open_store_file(
             &path,
@@ -95,7 +166,10 @@ impl StoreLock {
             };
             return result;
         }
-        open.insert(key);
+        slot.dev.store(key.0, Ordering::Relaxed);
+        slot.ino.store(key.1, Ordering::Relaxed);
+        slot.fd.store(file.as_raw_fd(), Ordering::Relaxed);
+        drop(table);
         Ok(StoreLock { file, key, path })
     }
 
@@ -121,10 +195,11 @@ impl StoreLock {
 
 impl Drop for StoreLock {
     fn drop(&mut self) {
-        open_stores()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.key);
+        let table = TableGuard::take();
+        if let Some(slot) = table.find(self.key) {
+            slot.fd.store(-1, Ordering::Relaxed);
+        }
+        drop(table);
         // Closing the descriptor (dropping `file`) releases the OFD lock.
     }
 }
