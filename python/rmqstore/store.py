@@ -363,6 +363,10 @@ class MessageStore:
 
     def wait_dispatched(self, timeout: float = 10.0) -> bool:
         """Waits until :meth:`dispatch_behind_bytes` is 0; False if ``timeout`` passed first."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise ArgumentTypeError(f"timeout must be a number, not {type(timeout).__name__}")
+        if not timeout >= 0:  # also refuses NaN
+            raise InvalidArgumentError(f"timeout must be >= 0 seconds, got {timeout!r}")
         deadline = time.monotonic() + timeout
         delay = 0.0005
         while self._core.dispatch_behind_bytes() > 0:

@@ -159,7 +159,24 @@ impl Store {
     ) -> PyResult<T> {
         self.usable()?;
         let store = &self.inner;
-        py.detach(|| f(store)).into_py_result()
+        py.detach(|| {
+            // No input should reach a panic; should one still happen (a bug), the caller gets
+            // an `RmqStoreError` (an `Exception`), not PyO3's `PanicException` (which is not
+            // one). The store's locks are poison-tolerant, so it stays usable.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(store))).unwrap_or_else(
+                |payload| {
+                    let what = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic".to_owned());
+                    Err(rmqstore_core::StoreError::Internal(format!(
+                        "{what} (a bug in rmqstore: please report it)"
+                    )))
+                },
+            )
+        })
+        .into_py_result()
     }
 
     /// Refuses calls in a forked child of the process that opened the store.
@@ -196,6 +213,14 @@ impl Store {
 
 #[pymethods]
 impl Store {
+    /// Test hook: a call whose core side panics, to check that a panic reaches Python as an
+    /// `RmqStoreError`.
+    fn _panic_for_tests(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, |_| -> rmqstore_core::Result<()> {
+            panic!("a deliberate panic for the tests")
+        })
+    }
+
     /// Opens (creating if needed) the store folder: lock, load, recover; or, with
     /// `read_only`, an existing store without lock, changes or recovery. `before_changes` (a
     /// callable) runs once every file of the core has been found as expected and before any
