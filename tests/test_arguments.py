@@ -304,15 +304,15 @@ def test_a_panic_in_the_core_is_an_rmqstore_error(store: MessageStore) -> None:
     """Should a bug reach a panic, Python gets an RmqStoreError (an Exception), not PyO3's
     PanicException (a BaseException that `except Exception` lets through), and the store goes
     on working."""
-    with pytest.raises(rmqstore.RmqStoreError, match="deliberate panic.*a bug in rmqstore"):
+    with pytest.raises(rmqstore.RmqStoreError, match=r"deliberate panic.*a bug in rmqstore"):
         store._core._panic_for_tests()
     assert store.put_message(Message("T", b"after")).ok
 
 
 def test_wait_dispatched_timeout(store: MessageStore) -> None:
-    with pytest.raises(rmqstore.ArgumentTypeError, match="^timeout must be a number"):
+    with pytest.raises(rmqstore.ArgumentTypeError, match=r"^timeout must be a number"):
         store.wait_dispatched("1")  # type: ignore[arg-type]
     for bad in (-1, float("nan")):
-        with pytest.raises(rmqstore.InvalidArgumentError, match="^timeout must be >= 0"):
+        with pytest.raises(rmqstore.InvalidArgumentError, match=r"^timeout must be >= 0"):
             store.wait_dispatched(bad)
     assert store.wait_dispatched(0.5)
