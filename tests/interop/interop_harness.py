@@ -16,89 +16,32 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import fcntl
 import ipaddress
 import json
 import os
-import shutil
 import subprocess
 import zlib
 from pathlib import Path
 from typing import Any
 
 import rmqstore
+from maven_build import MavenProject
 
-#: The harness's Maven project.
+#: The harness's Maven project: the current 5.x release (default profile) and 4.9.x.
 JAVA_DIR = Path(__file__).resolve().parent / "java"
-
-
-class BuildError(RuntimeError):
-    """Maven could not build the harness."""
-
-
-# -- building the harness ------------------------------------------------------------------
-
-MAVEN_TIMEOUT = 900
-
-
-def _m2_repository() -> Path:
-    """Maven's local repository: ``~/.m2/repository``, or ``$MAVEN_REPO_LOCAL`` if set."""
-    return Path(os.environ.get("MAVEN_REPO_LOCAL", Path.home() / ".m2" / "repository"))
-
-
-def _sources() -> list[Path]:
-    return [JAVA_DIR / "pom.xml", *sorted((JAVA_DIR / "src").rglob("*.java"))]
-
-
-#: Maven profile -> its build directory (pom.xml): the current 5.x release, and 4.9.x.
-PROFILES = {"rmq5": JAVA_DIR / "target", "rmq4": JAVA_DIR / "target" / "rmq4"}
-
-
-def _built(target: Path) -> bool:
-    """The jar and classpath exist and are newer than the pom and every source file."""
-    classpath_file = target / "classpath.txt"
-    jar = target / "rmq-interop-harness-1.0.jar"
-    if not (classpath_file.exists() and jar.exists()):
-        return False
-    built = min(classpath_file.stat().st_mtime, jar.stat().st_mtime)
-    return all(p.stat().st_mtime <= built for p in _sources())
-
-
-def _maven(mvn: str, profile: str, offline: bool) -> subprocess.CompletedProcess[str]:
-    cmd = [
-        mvn,
-        "-B",
-        "-q",
-        *(["-o"] if offline else []),
-        *(["-P", profile] if profile != "rmq5" else []),
-        "package",
-    ]
-    if "MAVEN_REPO_LOCAL" in os.environ:
-        cmd.insert(1, f"-Dmaven.repo.local={_m2_repository()}")
-    return subprocess.run(
-        cmd, cwd=JAVA_DIR, capture_output=True, text=True, timeout=MAVEN_TIMEOUT, check=False
-    )
+PROJECT = MavenProject(
+    name="RocketMQ interop harness",
+    directory=JAVA_DIR,
+    jar="rmq-interop-harness-1.0.jar",
+    default_profile="rmq5",
+    profiles={"rmq5": JAVA_DIR / "target", "rmq4": JAVA_DIR / "target" / "rmq4"},
+    needs="rocketmq-store",
+)
 
 
 def build_harness(profile: str = "rmq5") -> str:
     """Builds the harness for a profile if needed; returns its classpath (``java -cp``)."""
-    target = PROFILES[profile]
-    target.mkdir(parents=True, exist_ok=True)
-    with open(JAVA_DIR / "target" / ".build-lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two pytest processes never run Maven at once
-        if not _built(target):
-            mvn = shutil.which("mvn")
-            assert mvn is not None
-            warm = (_m2_repository() / "org" / "apache" / "rocketmq" / "rocketmq-store").exists()
-            proc = _maven(mvn, profile, offline=True) if warm else None
-            if proc is None or proc.returncode != 0:
-                proc = _maven(mvn, profile, offline=False)
-            if proc.returncode != 0:
-                raise BuildError(
-                    f"building the RocketMQ interop harness ({profile}) failed "
-                    f"(mvn exit {proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
-                )
-    return f"{target / 'classes'}{os.pathsep}{(target / 'classpath.txt').read_text().strip()}"
+    return PROJECT.build(profile)
 
 
 @dataclasses.dataclass(frozen=True)
