@@ -42,6 +42,7 @@ import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
 import org.apache.rocketmq.store.config.FlushDiskType;
 import org.apache.rocketmq.store.config.MessageStoreConfig;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+import rmqshared.Json;
 
 /**
  * A real Apache RocketMQ name server and broker in this JVM, on 127.0.0.1 only, serving an

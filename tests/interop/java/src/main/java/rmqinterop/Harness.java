@@ -32,6 +32,7 @@ import org.apache.rocketmq.store.QueryMessageResult;
 import org.apache.rocketmq.store.config.FlushDiskType;
 import org.apache.rocketmq.store.config.MessageStoreConfig;
 import org.apache.rocketmq.store.stats.BrokerStatsManager;
+import rmqshared.Json;
 
 /**
  * Drives Apache RocketMQ's own {@link DefaultMessageStore} from the command line, for

@@ -1,4 +1,4 @@
-package rmqbroker;
+package rmqshared;
 
 import java.util.ArrayList;
 import java.util.Base64;
@@ -7,11 +7,12 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * A minimal JSON reader and writer for the harness's JSON lines (objects, arrays, strings,
- * integers, booleans, null). Object keys keep their order, so property maps are written in the
- * order the test gave them.
+ * A minimal JSON reader and writer for the JSON lines of both interop harnesses
+ * (rmqinterop.Harness and rmqbroker.BrokerHarness): objects, arrays, strings, integers,
+ * booleans, null. Object keys keep their order, so property maps are written in the order the
+ * test gave them.
  */
-final class Json {
+public final class Json {
     private final String s;
     private int i;
 
@@ -19,7 +20,7 @@ final class Json {
         this.s = s;
     }
 
-    static Object parse(String text) {
+    public static Object parse(String text) {
         Json p = new Json(text);
         p.ws();
         Object v = p.value();
@@ -161,7 +162,7 @@ final class Json {
         return b.append('"').toString();
     }
 
-    static String write(Object v) {
+    public static String write(Object v) {
         StringBuilder b = new StringBuilder();
         write(b, v);
         return b.toString();
