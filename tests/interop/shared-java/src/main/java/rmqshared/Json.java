@@ -1,5 +1,10 @@
 package rmqshared;
 
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Base64;
 import java.util.LinkedHashMap;
@@ -141,6 +146,21 @@ public final class Json {
                 default: b.append(e);
             }
         }
+    }
+
+    /** Every non-blank line of a UTF-8 JSON lines file, each one object. */
+    @SuppressWarnings("unchecked")
+    public static List<Map<String, Object>> readObjects(Path file) throws IOException {
+        List<Map<String, Object>> out = new ArrayList<>();
+        try (BufferedReader in = Files.newBufferedReader(file, StandardCharsets.UTF_8)) {
+            String line;
+            while ((line = in.readLine()) != null) {
+                if (!line.isBlank()) {
+                    out.add((Map<String, Object>) parse(line));
+                }
+            }
+        }
+        return out;
     }
 
     // -- writing ---------------------------------------------------------------------------
