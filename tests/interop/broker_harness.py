@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from interop_harness import SegmentSizes, jvm_command
 from maven_build import MavenProject
 
 BROKER_DIR = Path(__file__).resolve().parent / "broker"
@@ -99,7 +100,7 @@ def listening_addresses(pid: int) -> list[tuple[str, int]]:
 
 
 @dataclasses.dataclass(frozen=True)
-class BrokerSizes:
+class BrokerSizes(SegmentSizes):
     """Segment sizes both the broker and rmqstore use (they must match)."""
 
     commitlog: int = 1024 * 1024
@@ -107,22 +108,8 @@ class BrokerSizes:
     hash_slots: int = 500
     index_num: int = 2000
 
-    def java_args(self) -> list[str]:
-        return [
-            "--commitlog-size", str(self.commitlog),
-            "--cq-size", str(self.cq),
-            "--hash-slots", str(self.hash_slots),
-            "--index-num", str(self.index_num),
-        ]  # fmt: skip
-
     def rmq(self, store_host: str) -> dict[str, Any]:
-        return {
-            "mapped_file_size_commit_log": self.commitlog,
-            "mapped_file_size_consume_queue": self.cq,
-            "max_hash_slot_num": self.hash_slots,
-            "max_index_num": self.index_num,
-            "store_host": store_host,
-        }
+        return {**self.rmq_sizes(), "store_host": store_host}
 
 
 @dataclasses.dataclass
@@ -146,24 +133,16 @@ class BrokerHarness:
 
     def command(self, ports: tuple[int, int, int], sizes: BrokerSizes, *args: str) -> list[str]:
         namesrv, broker, ha = ports
-        return [
-            self.java,
-            "--add-opens=java.base/java.nio=ALL-UNNAMED",
-            "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
-            "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
-            "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED",
-            "-Xmx512m",
-            f"-Duser.home={self.home}",
-            "-cp",
-            self.classpath,
-            "rmqbroker.BrokerHarness",
+        return jvm_command(
+            self.java, self.home, self.classpath, "rmqbroker.BrokerHarness",
             "--namesrv-port", str(namesrv),
             "--broker-port", str(broker),
             "--ha-port", str(ha),
             "--timeout-s", str(HARNESS_TIMEOUT),
             *sizes.java_args(),
             *args,
-        ]  # fmt: skip
+            jvm=("-Xmx512m",),
+        )  # fmt: skip
 
     def serve(
         self,
