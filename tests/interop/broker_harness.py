@@ -10,10 +10,8 @@ name server, client and tools (the newest on Maven Central; they work together),
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -21,68 +19,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from interop_harness import BuildError, _m2_repository
+from interop_harness import SegmentSizes, jvm_command
+from maven_build import MavenProject
 
 BROKER_DIR = Path(__file__).resolve().parent / "broker"
-#: Maven profile -> build directory.
-PROFILES = {"rmq551": BROKER_DIR / "target", "rmq533": BROKER_DIR / "target" / "rmq533"}
-MAVEN_TIMEOUT = 900
+PROJECT = MavenProject(
+    name="RocketMQ broker harness",
+    directory=BROKER_DIR,
+    jar="rmq-broker-harness-1.0.jar",
+    default_profile="rmq551",
+    profiles={"rmq551": BROKER_DIR / "target", "rmq533": BROKER_DIR / "target" / "rmq533"},
+    needs="rocketmq-broker",
+)
 #: What the JVM may take in all (its own watchdog halts it after HARNESS_TIMEOUT).
 HARNESS_TIMEOUT = 240
 
 
-def _sources() -> list[Path]:
-    return [
-        BROKER_DIR / "pom.xml",
-        *sorted((BROKER_DIR / "src").rglob("*.java")),
-        *sorted((BROKER_DIR / "src").rglob("*.HAService")),
-    ]
-
-
-def _built(target: Path) -> bool:
-    classpath_file = target / "classpath.txt"
-    jar = target / "rmq-broker-harness-1.0.jar"
-    if not (classpath_file.exists() and jar.exists()):
-        return False
-    built = min(classpath_file.stat().st_mtime, jar.stat().st_mtime)
-    return all(p.stat().st_mtime <= built for p in _sources())
-
-
 def build_broker_harness(profile: str) -> str:
-    """Builds the broker harness for a profile if needed (offline first when the local
-    repository has RocketMQ's broker, online otherwise); returns its classpath."""
-    target = PROFILES[profile]
-    target.mkdir(parents=True, exist_ok=True)
-    mvn = shutil.which("mvn")
-    assert mvn is not None
-    with open(BROKER_DIR / "target" / ".build-lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _built(target):
-            warm = (_m2_repository() / "org" / "apache" / "rocketmq" / "rocketmq-broker").exists()
-            proc = None
-            for offline in [True, False] if warm else [False]:
-                cmd = [mvn, "-B", "-q", *(["-o"] if offline else [])]
-                if profile != "rmq551":
-                    cmd += ["-P", profile]
-                if "MAVEN_REPO_LOCAL" in os.environ:
-                    cmd.append(f"-Dmaven.repo.local={_m2_repository()}")
-                proc = subprocess.run(
-                    [*cmd, "package"],
-                    cwd=BROKER_DIR,
-                    capture_output=True,
-                    text=True,
-                    timeout=MAVEN_TIMEOUT,
-                    check=False,
-                )
-                if proc.returncode == 0:
-                    break
-            assert proc is not None
-            if proc.returncode != 0:
-                raise BuildError(
-                    f"building the RocketMQ broker harness ({profile}) failed "
-                    f"(mvn exit {proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
-                )
-    return f"{target / 'classes'}{os.pathsep}{(target / 'classpath.txt').read_text().strip()}"
+    """Builds the broker harness for a profile if needed; returns its classpath."""
+    return PROJECT.build(profile)
 
 
 # -- ports and sockets ----------------------------------------------------------------------
@@ -145,7 +100,7 @@ def listening_addresses(pid: int) -> list[tuple[str, int]]:
 
 
 @dataclasses.dataclass(frozen=True)
-class BrokerSizes:
+class BrokerSizes(SegmentSizes):
     """Segment sizes both the broker and rmqstore use (they must match)."""
 
     commitlog: int = 1024 * 1024
@@ -153,22 +108,8 @@ class BrokerSizes:
     hash_slots: int = 500
     index_num: int = 2000
 
-    def java_args(self) -> list[str]:
-        return [
-            "--commitlog-size", str(self.commitlog),
-            "--cq-size", str(self.cq),
-            "--hash-slots", str(self.hash_slots),
-            "--index-num", str(self.index_num),
-        ]  # fmt: skip
-
     def rmq(self, store_host: str) -> dict[str, Any]:
-        return {
-            "mapped_file_size_commit_log": self.commitlog,
-            "mapped_file_size_consume_queue": self.cq,
-            "max_hash_slot_num": self.hash_slots,
-            "max_index_num": self.index_num,
-            "store_host": store_host,
-        }
+        return {**self.rmq_sizes(), "store_host": store_host}
 
 
 @dataclasses.dataclass
@@ -192,24 +133,16 @@ class BrokerHarness:
 
     def command(self, ports: tuple[int, int, int], sizes: BrokerSizes, *args: str) -> list[str]:
         namesrv, broker, ha = ports
-        return [
-            self.java,
-            "--add-opens=java.base/java.nio=ALL-UNNAMED",
-            "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
-            "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
-            "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED",
-            "-Xmx512m",
-            f"-Duser.home={self.home}",
-            "-cp",
-            self.classpath,
-            "rmqbroker.BrokerHarness",
+        return jvm_command(
+            self.java, self.home, self.classpath, "rmqbroker.BrokerHarness",
             "--namesrv-port", str(namesrv),
             "--broker-port", str(broker),
             "--ha-port", str(ha),
             "--timeout-s", str(HARNESS_TIMEOUT),
             *sizes.java_args(),
             *args,
-        ]  # fmt: skip
+            jvm=("-Xmx512m",),
+        )  # fmt: skip
 
     def serve(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,25 +18,38 @@ import pytest
 # Appended, not prepended: ``from conftest import ...`` in tests/ must keep finding
 # tests/conftest.py.
 sys.path.append(str(Path(__file__).resolve().parent))
-pytest.register_assert_rewrite("interop_harness", "broker_harness")
+pytest.register_assert_rewrite("interop_harness", "broker_harness", "maven_build")
 
 from broker_harness import BrokerHarness, build_broker_harness  # noqa: E402 - path above
-from interop_harness import BuildError, JavaHarness, build_harness  # noqa: E402 - path above
+from interop_harness import JavaHarness, build_harness  # noqa: E402 - path above
+from maven_build import BuildError  # noqa: E402 - path above
 
 
-def _harness(tmp_path_factory: pytest.TempPathFactory, profile: str) -> JavaHarness:
+def _java_and_classpath(
+    skipped: str, needs: str, build: Callable[[str], str], profile: str
+) -> tuple[str, str]:
+    """``java``'s path and the harness built for ``profile`` (its classpath). Skips with
+    ``skipped`` and ``needs`` in the reason when java or mvn is not on PATH; fails (never skips)
+    when the build fails."""
     java, mvn = shutil.which("java"), shutil.which("mvn")
     missing = [name for name, path in (("java", java), ("mvn", mvn)) if path is None]
     if missing:
-        pytest.skip(
-            f"INTEROP TESTS SKIPPED: {' and '.join(missing)} not found on PATH; issue 6's "
-            "compatibility proof against Apache RocketMQ's store needs Java 17 and Maven"
-        )
+        pytest.skip(f"{skipped}: {' and '.join(missing)} not found on PATH; {needs}")
     assert java is not None
     try:
-        classpath = build_harness(profile)
+        classpath = build(profile)
     except BuildError as e:
         pytest.fail(str(e), pytrace=False)
+    return java, classpath
+
+
+def _harness(tmp_path_factory: pytest.TempPathFactory, profile: str) -> JavaHarness:
+    java, classpath = _java_and_classpath(
+        "INTEROP TESTS SKIPPED",
+        "issue 6's compatibility proof against Apache RocketMQ's store needs Java 17 and Maven",
+        build_harness,
+        profile,
+    )
     return JavaHarness(
         java=java, classpath=classpath, home=tmp_path_factory.mktemp(f"jvm-home-{profile}")
     )
@@ -71,18 +85,12 @@ def broker(
 ) -> BrokerHarness:
     """A real RocketMQ broker and name server with real clients (``broker/``), one JVM per
     run, on 127.0.0.1 only."""
-    java, mvn = shutil.which("java"), shutil.which("mvn")
-    missing = [name for name, path in (("java", java), ("mvn", mvn)) if path is None]
-    if missing:
-        pytest.skip(
-            f"BROKER INTEROP TESTS SKIPPED: {' and '.join(missing)} not found on PATH; the "
-            "broker round trip needs Java 17 and Maven"
-        )
-    assert java is not None
-    try:
-        classpath = build_broker_harness(request.param)
-    except BuildError as e:
-        pytest.fail(str(e), pytrace=False)
+    java, classpath = _java_and_classpath(
+        "BROKER INTEROP TESTS SKIPPED",
+        "the broker round trip needs Java 17 and Maven",
+        build_broker_harness,
+        request.param,
+    )
     return BrokerHarness(
         java=java,
         classpath=classpath,

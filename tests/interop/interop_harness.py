@@ -16,94 +16,64 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import fcntl
 import ipaddress
 import json
 import os
-import shutil
 import subprocess
 import zlib
 from pathlib import Path
 from typing import Any
 
 import rmqstore
+from maven_build import MavenProject
 
-#: The harness's Maven project.
+#: The harness's Maven project: the current 5.x release (default profile) and 4.9.x.
 JAVA_DIR = Path(__file__).resolve().parent / "java"
-
-
-class BuildError(RuntimeError):
-    """Maven could not build the harness."""
-
-
-# -- building the harness ------------------------------------------------------------------
-
-MAVEN_TIMEOUT = 900
-
-
-def _m2_repository() -> Path:
-    """Maven's local repository: ``~/.m2/repository``, or ``$MAVEN_REPO_LOCAL`` if set."""
-    return Path(os.environ.get("MAVEN_REPO_LOCAL", Path.home() / ".m2" / "repository"))
-
-
-def _sources() -> list[Path]:
-    return [JAVA_DIR / "pom.xml", *sorted((JAVA_DIR / "src").rglob("*.java"))]
-
-
-#: Maven profile -> its build directory (pom.xml): the current 5.x release, and 4.9.x.
-PROFILES = {"rmq5": JAVA_DIR / "target", "rmq4": JAVA_DIR / "target" / "rmq4"}
-
-
-def _built(target: Path) -> bool:
-    """The jar and classpath exist and are newer than the pom and every source file."""
-    classpath_file = target / "classpath.txt"
-    jar = target / "rmq-interop-harness-1.0.jar"
-    if not (classpath_file.exists() and jar.exists()):
-        return False
-    built = min(classpath_file.stat().st_mtime, jar.stat().st_mtime)
-    return all(p.stat().st_mtime <= built for p in _sources())
-
-
-def _maven(mvn: str, profile: str, offline: bool) -> subprocess.CompletedProcess[str]:
-    cmd = [
-        mvn,
-        "-B",
-        "-q",
-        *(["-o"] if offline else []),
-        *(["-P", profile] if profile != "rmq5" else []),
-        "package",
-    ]
-    if "MAVEN_REPO_LOCAL" in os.environ:
-        cmd.insert(1, f"-Dmaven.repo.local={_m2_repository()}")
-    return subprocess.run(
-        cmd, cwd=JAVA_DIR, capture_output=True, text=True, timeout=MAVEN_TIMEOUT, check=False
-    )
+PROJECT = MavenProject(
+    name="RocketMQ interop harness",
+    directory=JAVA_DIR,
+    jar="rmq-interop-harness-1.0.jar",
+    default_profile="rmq5",
+    profiles={"rmq5": JAVA_DIR / "target", "rmq4": JAVA_DIR / "target" / "rmq4"},
+    needs="rocketmq-store",
+)
 
 
 def build_harness(profile: str = "rmq5") -> str:
     """Builds the harness for a profile if needed; returns its classpath (``java -cp``)."""
-    target = PROFILES[profile]
-    target.mkdir(parents=True, exist_ok=True)
-    with open(JAVA_DIR / "target" / ".build-lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two pytest processes never run Maven at once
-        if not _built(target):
-            mvn = shutil.which("mvn")
-            assert mvn is not None
-            warm = (_m2_repository() / "org" / "apache" / "rocketmq" / "rocketmq-store").exists()
-            proc = _maven(mvn, profile, offline=True) if warm else None
-            if proc is None or proc.returncode != 0:
-                proc = _maven(mvn, profile, offline=False)
-            if proc.returncode != 0:
-                raise BuildError(
-                    f"building the RocketMQ interop harness ({profile}) failed "
-                    f"(mvn exit {proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
-                )
-    return f"{target / 'classes'}{os.pathsep}{(target / 'classpath.txt').read_text().strip()}"
+    return PROJECT.build(profile)
 
 
 @dataclasses.dataclass(frozen=True)
-class Sizes:
-    """Segment sizes and store host, given identically to both stores."""
+class SegmentSizes:
+    """Commitlog segment and consume queue file sizes, index hash slots and entries per file:
+    what RocketMQ (both harnesses' options) and rmqstore must be given alike."""
+
+    commitlog: int
+    cq: int
+    hash_slots: int
+    index_num: int
+
+    def java_args(self) -> list[str]:
+        return [
+            "--commitlog-size", str(self.commitlog),
+            "--cq-size", str(self.cq),
+            "--hash-slots", str(self.hash_slots),
+            "--index-num", str(self.index_num),
+        ]  # fmt: skip
+
+    def rmq_sizes(self) -> dict[str, Any]:
+        return {
+            "mapped_file_size_commit_log": self.commitlog,
+            "mapped_file_size_consume_queue": self.cq,
+            "max_hash_slot_num": self.hash_slots,
+            "max_index_num": self.index_num,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes(SegmentSizes):
+    """Segment sizes, store host and flush, given identically to both stores."""
 
     commitlog: int = 64 * 1024
     cq: int = 20 * 10
@@ -113,24 +83,10 @@ class Sizes:
     flush: str = "ASYNC_FLUSH"
 
     def java_args(self) -> list[str]:
-        return [
-            "--commitlog-size", str(self.commitlog),
-            "--cq-size", str(self.cq),
-            "--hash-slots", str(self.hash_slots),
-            "--index-num", str(self.index_num),
-            "--store-host", self.store_host,
-            "--flush", self.flush,
-        ]  # fmt: skip
+        return [*super().java_args(), "--store-host", self.store_host, "--flush", self.flush]
 
     def rmq(self) -> dict[str, Any]:
-        return {
-            "mapped_file_size_commit_log": self.commitlog,
-            "mapped_file_size_consume_queue": self.cq,
-            "max_hash_slot_num": self.hash_slots,
-            "max_index_num": self.index_num,
-            "store_host": self.store_host,
-            "flush_disk_type": self.flush,
-        }
+        return {**self.rmq_sizes(), "store_host": self.store_host, "flush_disk_type": self.flush}
 
 
 def norm_host(host: str) -> str:
@@ -156,7 +112,7 @@ def expected_properties(d: dict[str, Any]) -> dict[str, str]:
 
 def expand(described: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per stored record (a batch gives one per body), in put order."""
-    out = []
+    out: list[dict[str, Any]] = []
     for d in described:
         bodies = d["bodies"] if "bodies" in d else [d["body"]]
         out.extend({**d, "body": body} for body in bodies)
@@ -205,8 +161,9 @@ def _message_keys(topic: str, props: dict[str, str]) -> list[tuple[str, str]]:
     return keys
 
 
-def describe_rmq(m: rmqstore.MessageExt) -> dict[str, Any]:
-    """An rmqstore message in the harness's field names."""
+def message_fields(m: rmqstore.MessageExt) -> dict[str, Any]:
+    """An rmqstore message in the fields both Java harnesses print (``HarnessSupport.describe``
+    in ``shared-java/``): each harness adds its own."""
     return {
         "topic": m.topic,
         "queueId": m.queue_id,
@@ -219,13 +176,17 @@ def describe_rmq(m: rmqstore.MessageExt) -> dict[str, Any]:
         "flag": m.flag,
         "bodyCRC": m.body_crc,
         "reconsumeTimes": m.reconsume_times,
-        "preparedTransactionOffset": m.prepared_transaction_offset,
         "bornHost": norm_host(m.born_host),
         "storeHost": norm_host(m.store_host),
         "msgId": m.msg_id,
         "properties": dict(sorted(m.properties.items())),
         "body": b64(m.body),
     }
+
+
+def describe_rmq(m: rmqstore.MessageExt) -> dict[str, Any]:
+    """An rmqstore message in the store harness's field names."""
+    return {**message_fields(m), "preparedTransactionOffset": m.prepared_transaction_offset}
 
 
 def rmq_dump(path: Path, sizes: Sizes) -> Dump:
@@ -376,6 +337,24 @@ def rmq_write(
     return results
 
 
+#: RocketMQ unmaps segments through JDK internals (4.9.x needs all of these on Java 17).
+JDK_INTERNALS = (
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED",
+)
+
+
+def jvm_command(
+    java: str, home: Path, classpath: str, main: str, *args: str, jvm: tuple[str, ...] = ()
+) -> list[str]:
+    """The command line of a harness JVM (either project): the JDK internals RocketMQ needs,
+    ``jvm`` options, ``user.home`` (RocketMQ writes its logs under it), the class and its
+    arguments."""
+    return [java, *JDK_INTERNALS, *jvm, f"-Duser.home={home}", "-cp", classpath, main, *args]
+
+
 @dataclasses.dataclass
 class JavaHarness:
     """Runs ``rmqinterop.Harness`` (Apache RocketMQ's store) in a fresh JVM per command."""
@@ -385,20 +364,9 @@ class JavaHarness:
     home: Path  # user.home of the JVMs: RocketMQ writes its logs under it
 
     def command(self, sizes: Sizes, *args: str) -> list[str]:
-        return [
-            self.java,
-            # RocketMQ unmaps segments through JDK internals (4.9.x needs all of these on 17).
-            "--add-opens=java.base/java.nio=ALL-UNNAMED",
-            "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
-            "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
-            "--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED",
-            f"-Duser.home={self.home}",
-            "-cp",
-            self.classpath,
-            "rmqinterop.Harness",
-            *sizes.java_args(),
-            *args,
-        ]
+        return jvm_command(
+            self.java, self.home, self.classpath, "rmqinterop.Harness", *sizes.java_args(), *args
+        )
 
     def run(self, sizes: Sizes, *args: str, timeout: float = 180) -> str:
         proc = subprocess.run(

@@ -30,17 +30,13 @@ import pytest
 import rmqstore
 import rmqstore.offsets
 from broker_harness import BrokerHarness, BrokerRun, BrokerSizes, free_ports
-from interop_harness import norm_host
+from interop_harness import b64, message_fields, norm_host
 
 pytestmark = pytest.mark.interop
 
 SIZES = BrokerSizes()
 #: Properties RocketMQ's pull consumer adds to what it hands out (PullAPIWrapper).
 CLIENT_ADDED = ("MIN_OFFSET", "MAX_OFFSET")
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
 
 
 # -- what rmqstore writes ---------------------------------------------------------------------
@@ -97,25 +93,12 @@ def rmq_write_part(store: Path, store_host: str, described: list[dict[str, Any]]
 
 
 def describe(m: rmqstore.MessageExt) -> dict[str, Any]:
-    """An rmqstore message in the broker harness's field names."""
+    """An rmqstore message in the broker harness's field names: what a client hands out has
+    the record's UNIQ_KEY as its message id and the offset message id beside it."""
     return {
-        "topic": m.topic,
-        "queueId": m.queue_id,
-        "queueOffset": m.queue_offset,
-        "commitLogOffset": m.commit_log_offset,
-        "storeSize": m.store_size,
-        "storeTimestamp": m.store_timestamp,
-        "bornTimestamp": m.born_timestamp,
-        "sysFlag": m.sys_flag,
-        "flag": m.flag,
-        "bodyCRC": m.body_crc,
-        "reconsumeTimes": m.reconsume_times,
-        "bornHost": norm_host(m.born_host),
-        "storeHost": norm_host(m.store_host),
+        **message_fields(m),
         "offsetMsgId": m.msg_id,
         "msgId": m.properties.get("UNIQ_KEY") or m.msg_id,
-        "properties": dict(sorted(m.properties.items())),
-        "body": b64(m.body),
     }
 
 

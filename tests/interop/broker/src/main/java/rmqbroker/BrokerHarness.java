@@ -1,9 +1,7 @@
 package rmqbroker;
 
-import java.io.BufferedReader;
-import java.io.PrintStream;
-import java.net.InetSocketAddress;
-import java.nio.charset.StandardCharsets;
+import static rmqshared.HarnessSupport.print;
+
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
@@ -42,6 +40,9 @@ import org.apache.rocketmq.remoting.protocol.admin.TopicStatsTable;
 import org.apache.rocketmq.store.config.FlushDiskType;
 import org.apache.rocketmq.store.config.MessageStoreConfig;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+import rmqshared.HarnessSupport;
+import rmqshared.HarnessSupport.Args;
+import rmqshared.Json;
 
 /**
  * A real Apache RocketMQ name server and broker in this JVM, on 127.0.0.1 only, serving an
@@ -69,37 +70,27 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * line is one JSON object with a "kind".
  */
 public final class BrokerHarness {
-    private static final PrintStream OUT =
-        new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), true, StandardCharsets.US_ASCII);
     static final String LOOPBACK = "127.0.0.1";
     static final String CLUSTER = "RmqInteropCluster";
     static final String BROKER = "rmq-interop-broker";
 
-    private final Map<String, String> opts;
+    private final Args args;
     private NamesrvController namesrv;
     private BrokerController broker;
     private DefaultMQAdminExt admin;
     private DefaultLitePullConsumer consumer;
     private DefaultMQProducer producer;
 
-    private BrokerHarness(Map<String, String> opts) {
-        this.opts = opts;
+    private BrokerHarness(Args args) {
+        this.args = args;
     }
 
-    public static void main(String[] args) {
+    public static void main(String[] argv) {
         // Only the harness's own lines go to stdout (some RocketMQ versions print to System.out).
         System.setOut(System.err);
-        Map<String, String> opts = new LinkedHashMap<>();
-        List<String> rest = new ArrayList<>();
-        for (int i = 0; i < args.length; i++) {
-            if (args[i].startsWith("--")) {
-                opts.put(args[i].substring(2), args[++i]);
-            } else {
-                rest.add(args[i]);
-            }
-        }
-        BrokerHarness h = new BrokerHarness(opts);
-        long timeout = h.opt("timeout-s", 240);
+        Args args = Args.parse(argv);
+        BrokerHarness h = new BrokerHarness(args);
+        long timeout = args.opt("timeout-s", 240);
         Thread watchdog = new Thread(() -> {
             try {
                 Thread.sleep(timeout * 1000);
@@ -111,22 +102,7 @@ public final class BrokerHarness {
         }, "harness-watchdog");
         watchdog.setDaemon(true);
         watchdog.start();
-        int rc;
-        try {
-            rc = h.run(rest);
-        } catch (Throwable t) {
-            t.printStackTrace();
-            rc = 3;
-        } finally {
-            h.stopAll();
-        }
-        // Client and broker threads are not all daemons: leave without waiting for them.
-        Runtime.getRuntime().halt(rc);
-    }
-
-    private long opt(String name, long dflt) {
-        String v = opts.get(name);
-        return v == null ? dflt : Long.parseLong(v);
+        HarnessSupport.runAndHalt(() -> h.run(args.rest), h::stopAll);
     }
 
     private int run(List<String> rest) throws Exception {
@@ -151,11 +127,11 @@ public final class BrokerHarness {
     // -- name server and broker ----------------------------------------------------------
 
     private String namesrvAddr() {
-        return LOOPBACK + ":" + opt("namesrv-port", 9876);
+        return LOOPBACK + ":" + args.opt("namesrv-port", 9876);
     }
 
     private String brokerAddr() {
-        return LOOPBACK + ":" + opt("broker-port", 10911);
+        return LOOPBACK + ":" + args.opt("broker-port", 10911);
     }
 
     private void start(String root) throws Exception {
@@ -166,7 +142,7 @@ public final class BrokerHarness {
         nsConfig.setConfigStorePath(home.resolve("namesrv").resolve("namesrv.properties").toString());
         NettyServerConfig nsServer = new NettyServerConfig();
         nsServer.setBindAddress(LOOPBACK);
-        nsServer.setListenPort((int) opt("namesrv-port", 9876));
+        nsServer.setListenPort((int) args.opt("namesrv-port", 9876));
         namesrv = new NamesrvController(nsConfig, nsServer, new NettyClientConfig());
         if (!namesrv.initialize()) {
             throw new IllegalStateException("NamesrvController.initialize() returned false");
@@ -184,21 +160,11 @@ public final class BrokerHarness {
         bc.setAutoCreateTopicEnable(false);
         NettyServerConfig server = new NettyServerConfig();
         server.setBindAddress(LOOPBACK);
-        server.setListenPort((int) opt("broker-port", 10911));
+        server.setListenPort((int) args.opt("broker-port", 10911));
         MessageStoreConfig store = new MessageStoreConfig();
-        store.setStorePathRootDir(root);
-        store.setStorePathCommitLog(Paths.get(root, "commitlog").toString());
-        store.setMappedFileSizeCommitLog((int) opt("commitlog-size", 1024L * 1024 * 1024));
-        store.setMappedFileSizeConsumeQueue((int) opt("cq-size", 300_000L * 20));
-        store.setMaxHashSlotNum((int) opt("hash-slots", 5_000_000));
-        store.setMaxIndexNum((int) opt("index-num", 20_000_000));
+        HarnessSupport.configureStore(store, root, args);
         store.setFlushDiskType(FlushDiskType.ASYNC_FLUSH);
-        store.setHaListenPort((int) opt("ha-port", 10912));
-        try {
-            MessageStoreConfig.class.getMethod("setEnableCompaction", boolean.class).invoke(store, false);
-        } catch (NoSuchMethodException absent) {
-            // no compaction store in this version
-        }
+        store.setHaListenPort((int) args.opt("ha-port", 10912));
         broker = new BrokerController(bc, server, new NettyClientConfig(), store);
         if (!broker.initialize()) {
             throw new IllegalStateException("BrokerController.initialize() returned false for " + root);
@@ -209,8 +175,8 @@ public final class BrokerHarness {
         o.put("pid", ProcessHandle.current().pid());
         o.put("namesrv", namesrvAddr());
         o.put("broker", brokerAddr());
-        o.put("storeHost", BrokerHarness.hostText(broker.getStoreHost()));
-        OUT.println(Json.write(o));
+        o.put("storeHost", HarnessSupport.hostText(broker.getStoreHost()));
+        print(o);
     }
 
     private void stopAll() {
@@ -234,7 +200,7 @@ public final class BrokerHarness {
             broker = null;
             Map<String, Object> o = new LinkedHashMap<>();
             o.put("kind", "stopped");
-            OUT.println(Json.write(o));
+            print(o);
         }
         namesrv = null;
     }
@@ -291,7 +257,7 @@ public final class BrokerHarness {
                 o.put("queueId", (long) e.getKey().getQueueId());
                 o.put("minOffset", e.getValue().getMinOffset());
                 o.put("maxOffset", e.getValue().getMaxOffset());
-                OUT.println(Json.write(o));
+                print(o);
                 maxOffsets.put(e.getKey(), e.getValue().getMaxOffset());
             }
         }
@@ -338,26 +304,22 @@ public final class BrokerHarness {
             table.put(e.getKey().getTopic() + "/" + e.getKey().getQueueId(), e.getValue());
         }
         committed.put("offsets", table);
-        OUT.println(Json.write(committed));
+        print(committed);
         LinkedHashSet<String> keys = new LinkedHashSet<>();
         LinkedHashSet<String> uniqKeys = new LinkedHashSet<>();
         for (MessageExt m : all) {
             Map<String, Object> o = describe(m);
             o.put("kind", "msg");
-            OUT.println(Json.write(o));
+            print(o);
             String offsetMsgId = MessageDecoder.createMessageId(m.getStoreHost(), m.getCommitLogOffset());
             // By the offset message id only: viewMessage decodes any 32-hex id as an address.
             MessageExt viewed = admin.viewMessage(m.getTopic(), offsetMsgId);
             Map<String, Object> v = describe(viewed);
             v.put("kind", "view");
             v.put("offsetMsgId", offsetMsgId);
-            OUT.println(Json.write(v));
-            if (m.getKeys() != null) {
-                for (String k : m.getKeys().split(MessageConst.KEY_SEPARATOR)) {
-                    if (!k.isEmpty()) {
-                        keys.add(m.getTopic() + "\u0000" + k);
-                    }
-                }
+            print(v);
+            for (String k : HarnessSupport.keys(m)) {
+                keys.add(m.getTopic() + "\u0000" + k);
             }
             String uniq = m.getProperty(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX);
             if (uniq != null && !uniq.isEmpty()) {
@@ -401,45 +363,15 @@ public final class BrokerHarness {
                 throw e;
             }
         }
-        Map<String, Object> o = new LinkedHashMap<>();
-        o.put("kind", kind);
-        o.put("topic", topic);
-        o.put("key", key);
-        o.put("offsets", offsets);
-        OUT.println(Json.write(o));
+        HarnessSupport.printOffsets(kind, topic, "key", key, offsets);
     }
 
-    static String hostText(java.net.SocketAddress addr) {
-        InetSocketAddress a = (InetSocketAddress) addr;
-        String ip = a.getAddress().getHostAddress();
-        return (ip.contains(":") ? "[" + ip + "]" : ip) + ":" + a.getPort();
-    }
-
+    /** The shared message fields and, for what a client hands out, the offset message id. */
     static Map<String, Object> describe(MessageExt m) {
-        Map<String, Object> o = new LinkedHashMap<>();
-        o.put("topic", m.getTopic());
-        o.put("queueId", (long) m.getQueueId());
-        o.put("queueOffset", m.getQueueOffset());
-        o.put("commitLogOffset", m.getCommitLogOffset());
-        o.put("storeSize", (long) m.getStoreSize());
-        o.put("storeTimestamp", m.getStoreTimestamp());
-        o.put("bornTimestamp", m.getBornTimestamp());
-        o.put("sysFlag", (long) m.getSysFlag());
-        o.put("flag", (long) m.getFlag());
-        o.put("bodyCRC", (long) m.getBodyCRC());
-        o.put("reconsumeTimes", (long) m.getReconsumeTimes());
-        o.put("bornHost", hostText(m.getBornHost()));
-        o.put("storeHost", hostText(m.getStoreHost()));
-        o.put("msgId", m.getMsgId());
+        Map<String, Object> o = HarnessSupport.describe(m);
         if (m instanceof MessageClientExt) {
             o.put("offsetMsgId", ((MessageClientExt) m).getOffsetMsgId());
         }
-        Map<String, Object> props = new TreeMap<>();
-        if (m.getProperties() != null) {
-            props.putAll(m.getProperties());
-        }
-        o.put("properties", props);
-        o.put("body", m.getBody() == null ? new byte[0] : m.getBody());
         return o;
     }
 
@@ -447,15 +379,7 @@ public final class BrokerHarness {
 
     @SuppressWarnings("unchecked")
     private void produce(Path messages) throws Exception {
-        List<Map<String, Object>> described = new ArrayList<>();
-        try (BufferedReader in = Files.newBufferedReader(messages, StandardCharsets.UTF_8)) {
-            String line;
-            while ((line = in.readLine()) != null) {
-                if (!line.isBlank()) {
-                    described.add((Map<String, Object>) Json.parse(line));
-                }
-            }
-        }
+        List<Map<String, Object>> described = Json.readObjects(messages);
         // Topics the broker does not know yet are created with enough queues.
         Map<String, Integer> needed = new TreeMap<>();
         for (Map<String, Object> d : described) {
@@ -516,7 +440,7 @@ public final class BrokerHarness {
             o.put("offsetMsgId", r.getOffsetMsgId());
             o.put("queueId", (long) r.getMessageQueue().getQueueId());
             o.put("queueOffset", r.getQueueOffset());
-            OUT.println(Json.write(o));
+            print(o);
             String[] ids = r.getMsgId().split(",");
             String[] offsetIds = r.getOffsetMsgId().split(",");
             for (int i = 0; i < ids.length; i++) {
@@ -526,20 +450,14 @@ public final class BrokerHarness {
         // What the broker answers for what was sent, once its index has it: each message viewed
         // by its offset message id, and every message id the sends returned or the records
         // hold, looked up through the index.
-        long deadline = System.currentTimeMillis() + 60_000;
-        while (broker.getMessageStore().dispatchBehindBytes() > 0) {
-            if (System.currentTimeMillis() > deadline) {
-                throw new IllegalStateException("the broker's dispatch did not catch up");
-            }
-            Thread.sleep(20);
-        }
+        HarnessSupport.waitDispatched(broker.getMessageStore());
         LinkedHashSet<String> uniq = new LinkedHashSet<>();
         for (String[] id : sentIds) {
             MessageExt viewed = admin.viewMessage(id[0], id[2]);
             Map<String, Object> v = describe(viewed);
             v.put("kind", "sentView");
             v.put("offsetMsgId", id[2]);
-            OUT.println(Json.write(v));
+            print(v);
             uniq.add(id[0] + "\u0000" + id[1]);
             String stored = viewed.getProperty(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX);
             if (stored != null) {
@@ -594,7 +512,7 @@ public final class BrokerHarness {
             ok = m.load();
         } catch (Throwable t) {
             o.put("error", t.toString());
-            OUT.println(Json.write(o));
+            print(o);
             return;
         }
         o.put("ok", ok);
@@ -610,6 +528,6 @@ public final class BrokerHarness {
             o.put("table", table);
         }
         o.put("fileLeft", Files.exists(Paths.get(dir, "consumerOffset.json")));
-        OUT.println(Json.write(o));
+        print(o);
     }
 }

@@ -1,7 +1,7 @@
 package rmqinterop;
 
-import java.io.BufferedReader;
-import java.io.PrintStream;
+import static rmqshared.HarnessSupport.print;
+
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
@@ -32,6 +32,9 @@ import org.apache.rocketmq.store.QueryMessageResult;
 import org.apache.rocketmq.store.config.FlushDiskType;
 import org.apache.rocketmq.store.config.MessageStoreConfig;
 import org.apache.rocketmq.store.stats.BrokerStatsManager;
+import rmqshared.HarnessSupport;
+import rmqshared.HarnessSupport.Args;
+import rmqshared.Json;
 
 /**
  * Drives Apache RocketMQ's own {@link DefaultMessageStore} from the command line, for
@@ -52,43 +55,24 @@ import org.apache.rocketmq.store.stats.BrokerStatsManager;
  * MessageExtBrokerInner, 5.x-only settings) go through reflection.
  */
 public final class Harness {
-    private static final PrintStream OUT =
-        new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), true, StandardCharsets.US_ASCII);
-
-    private final Map<String, String> opts;
+    private final Args args;
     private final String root;
     private DefaultMessageStore store;
     private InetSocketAddress storeHost;
 
-    private Harness(Map<String, String> opts, String root) {
-        this.opts = opts;
+    private Harness(Args args, String root) {
+        this.args = args;
         this.root = root;
     }
 
-    public static void main(String[] args) throws Exception {
-        Map<String, String> opts = new LinkedHashMap<>();
-        List<String> rest = new ArrayList<>();
-        for (int i = 0; i < args.length; i++) {
-            if (args[i].startsWith("--")) {
-                opts.put(args[i].substring(2), args[++i]);
-            } else {
-                rest.add(args[i]);
-            }
-        }
-        if (rest.size() < 2) {
+    public static void main(String[] argv) throws Exception {
+        Args args = Args.parse(argv);
+        if (args.rest.size() < 2) {
             System.err.println("usage: Harness [options] write|write-forever|read|bench STORE ...");
             System.exit(2);
         }
-        Harness h = new Harness(opts, rest.get(1));
-        int rc;
-        try {
-            rc = h.run(rest);
-        } catch (Throwable t) {
-            t.printStackTrace();
-            rc = 3;
-        }
-        // Store threads are not all daemons: leave without waiting for them.
-        Runtime.getRuntime().halt(rc);
+        Harness h = new Harness(args, args.rest.get(1));
+        HarnessSupport.runAndHalt(() -> h.run(args.rest), () -> { });
     }
 
     private int run(List<String> rest) throws Exception {
@@ -113,11 +97,6 @@ public final class Harness {
         return rc;
     }
 
-    private long opt(String name, long dflt) {
-        String v = opts.get(name);
-        return v == null ? dflt : Long.parseLong(v);
-    }
-
     static InetSocketAddress parseHost(String hostPort) throws Exception {
         int colon = hostPort.lastIndexOf(':');
         String host = hostPort.substring(0, colon);
@@ -127,30 +106,12 @@ public final class Harness {
         return new InetSocketAddress(InetAddress.getByName(host), Integer.parseInt(hostPort.substring(colon + 1)));
     }
 
-    static String hostText(java.net.SocketAddress addr) {
-        InetSocketAddress a = (InetSocketAddress) addr;
-        String ip = a.getAddress().getHostAddress();
-        return (ip.contains(":") ? "[" + ip + "]" : ip) + ":" + a.getPort();
-    }
-
     private void open() throws Exception {
         MessageStoreConfig cfg = new MessageStoreConfig();
-        cfg.setStorePathRootDir(root);
-        cfg.setStorePathCommitLog(Paths.get(root, "commitlog").toString());
-        cfg.setMappedFileSizeCommitLog((int) opt("commitlog-size", 1024L * 1024 * 1024));
-        cfg.setMappedFileSizeConsumeQueue((int) opt("cq-size", 300_000L * 20));
-        cfg.setMaxHashSlotNum((int) opt("hash-slots", 5_000_000));
-        cfg.setMaxIndexNum((int) opt("index-num", 20_000_000));
-        cfg.setFlushDiskType(FlushDiskType.valueOf(opts.getOrDefault("flush", "ASYNC_FLUSH")));
-        // Only the commitlog, consume queues and index files: no compaction store (5.x), no
-        // fixed HA port.
-        try {
-            MessageStoreConfig.class.getMethod("setEnableCompaction", boolean.class).invoke(cfg, false);
-        } catch (NoSuchMethodException absentIn4x) {
-            // 4.9.x has no compaction store
-        }
-        cfg.setHaListenPort(0);
-        storeHost = parseHost(opts.getOrDefault("store-host", "127.0.0.1:10911"));
+        HarnessSupport.configureStore(cfg, root, args);
+        cfg.setFlushDiskType(FlushDiskType.valueOf(args.opt("flush", "ASYNC_FLUSH")));
+        cfg.setHaListenPort(0); // no fixed HA port
+        storeHost = parseHost(args.opt("store-host", "127.0.0.1:10911"));
         BrokerConfig broker = new BrokerConfig();
         BrokerStatsManager stats = new BrokerStatsManager(broker.getBrokerClusterName(), true);
         store = newStore(cfg, stats, broker);
@@ -222,22 +183,12 @@ public final class Harness {
         return (PutMessageResult) PUT_MESSAGE.invoke(store, m);
     }
 
-    private void waitDispatched() throws InterruptedException {
-        long deadline = System.currentTimeMillis() + 60_000;
-        while (store.dispatchBehindBytes() > 0) {
-            if (System.currentTimeMillis() > deadline) {
-                throw new IllegalStateException("dispatch still behind by " + store.dispatchBehindBytes());
-            }
-            Thread.sleep(5);
-        }
-    }
-
     private void close() {
         store.shutdown();
         Map<String, Object> o = new LinkedHashMap<>();
         o.put("kind", "closed");
         o.put("abortFileLeft", Files.exists(Paths.get(root, "abort")));
-        OUT.println(Json.write(o));
+        print(o);
     }
 
     // -- write ---------------------------------------------------------------------------
@@ -321,24 +272,17 @@ public final class Harness {
         return o;
     }
 
-    @SuppressWarnings("unchecked")
     private int write(Path messages) throws Exception {
         open();
         int failed = 0;
-        try (BufferedReader in = Files.newBufferedReader(messages, StandardCharsets.UTF_8)) {
-            String line;
-            while ((line = in.readLine()) != null) {
-                if (line.isBlank()) {
-                    continue;
-                }
-                PutMessageResult r = putDescribed((Map<String, Object>) Json.parse(line));
-                if (!r.isOk()) {
-                    failed++;
-                }
-                OUT.println(Json.write(putLine(r)));
+        for (Map<String, Object> d : Json.readObjects(messages)) {
+            PutMessageResult r = putDescribed(d);
+            if (!r.isOk()) {
+                failed++;
             }
+            print(putLine(r));
         }
-        waitDispatched();
+        HarnessSupport.waitDispatched(store);
         close();
         return failed == 0 ? 0 : 1;
     }
@@ -346,9 +290,9 @@ public final class Harness {
     /** Numbered messages, each with a key, until the process is killed. */
     private int writeForever() throws Exception {
         open();
-        long delayMs = opt("delay-ms", 0);
-        int bodySize = (int) opt("body-size", 100);
-        int queues = (int) opt("queues", 4);
+        long delayMs = args.opt("delay-ms", 0);
+        int bodySize = (int) args.opt("body-size", 100);
+        int queues = (int) args.opt("queues", 4);
         for (long i = 0; ; i++) {
             Map<String, Object> d = new LinkedHashMap<>();
             d.put("topic", "KillTopic");
@@ -364,7 +308,7 @@ public final class Harness {
             d.put("bornHost", "10.0.0.1:4000");
             Map<String, Object> o = putLine(putDescribed(d));
             o.put("seq", i);
-            OUT.println(Json.write(o));
+            print(o);
             if (delayMs > 0) {
                 Thread.sleep(delayMs);
             }
@@ -373,29 +317,10 @@ public final class Harness {
 
     // -- read ----------------------------------------------------------------------------
 
+    /** The shared message fields and the prepared transaction offset. */
     static Map<String, Object> describe(MessageExt m) {
-        Map<String, Object> o = new LinkedHashMap<>();
-        o.put("topic", m.getTopic());
-        o.put("queueId", (long) m.getQueueId());
-        o.put("queueOffset", m.getQueueOffset());
-        o.put("commitLogOffset", m.getCommitLogOffset());
-        o.put("storeSize", (long) m.getStoreSize());
-        o.put("storeTimestamp", m.getStoreTimestamp());
-        o.put("bornTimestamp", m.getBornTimestamp());
-        o.put("sysFlag", (long) m.getSysFlag());
-        o.put("flag", (long) m.getFlag());
-        o.put("bodyCRC", (long) m.getBodyCRC());
-        o.put("reconsumeTimes", (long) m.getReconsumeTimes());
+        Map<String, Object> o = HarnessSupport.describe(m);
         o.put("preparedTransactionOffset", m.getPreparedTransactionOffset());
-        o.put("bornHost", hostText(m.getBornHost()));
-        o.put("storeHost", hostText(m.getStoreHost()));
-        o.put("msgId", m.getMsgId());
-        Map<String, Object> props = new TreeMap<>();
-        if (m.getProperties() != null) {
-            props.putAll(m.getProperties());
-        }
-        o.put("properties", props);
-        o.put("body", m.getBody() == null ? new byte[0] : m.getBody());
         return o;
     }
 
@@ -409,13 +334,13 @@ public final class Harness {
 
     private int read() throws Exception {
         open();
-        waitDispatched();
+        HarnessSupport.waitDispatched(store);
         Map<String, Object> info = new LinkedHashMap<>();
         info.put("kind", "info");
         info.put("minPhyOffset", store.getMinPhyOffset());
         info.put("maxPhyOffset", store.getMaxPhyOffset());
         info.put("dispatchBehindBytes", store.dispatchBehindBytes());
-        OUT.println(Json.write(info));
+        print(info);
         Map<String, Map<Long, Long>> queues = new TreeMap<>();
         for (Map.Entry<String, ? extends Map<Integer, ?>> t : store.getConsumeQueueTable().entrySet()) {
             Map<Long, Long> q = new TreeMap<>();
@@ -438,7 +363,7 @@ public final class Harness {
                 qo.put("queueId", (long) qid);
                 qo.put("minOffset", min);
                 qo.put("maxOffset", max);
-                OUT.println(Json.write(qo));
+                print(qo);
                 long offset = min;
                 while (offset < max) {
                     GetMessageResult r = store.getMessage("interop", topic, qid, offset, 32, null);
@@ -449,7 +374,7 @@ public final class Harness {
                         e.put("queueId", (long) qid);
                         e.put("offset", offset);
                         e.put("status", r == null ? "null" : r.getStatus().name());
-                        OUT.println(Json.write(e));
+                        print(e);
                         break;
                     }
                     try {
@@ -457,7 +382,7 @@ public final class Harness {
                             MessageExt m = decode(buf.slice());
                             Map<String, Object> o = describe(m);
                             o.put("kind", "msg");
-                            OUT.println(Json.write(o));
+                            print(o);
                             String uniq = m.getProperty(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX);
                             if (uniq != null && !uniq.isEmpty()) {
                                 keys.add(topic + "\u0000" + uniq);
@@ -466,19 +391,14 @@ public final class Harness {
                             if (tg != null && !tg.isEmpty()) {
                                 tags.add(topic + "\u0000" + tg);
                             }
-                            String ks = m.getKeys();
-                            if (ks != null) {
-                                for (String k : ks.split(MessageConst.KEY_SEPARATOR)) {
-                                    if (!k.isEmpty()) {
-                                        keys.add(topic + "\u0000" + k);
-                                    }
-                                }
+                            for (String k : HarnessSupport.keys(m)) {
+                                keys.add(topic + "\u0000" + k);
                             }
                             MessageExt looked = store.lookMessageByOffset(m.getCommitLogOffset());
                             Map<String, Object> lo = looked == null ? new LinkedHashMap<>() : describe(looked);
                             lo.put("kind", "look");
                             lo.put("offset", m.getCommitLogOffset());
-                            OUT.println(Json.write(lo));
+                            print(lo);
                         }
                         offset = r.getNextBeginOffset();
                     } finally {
@@ -521,12 +441,7 @@ public final class Harness {
         } finally {
             q.release();
         }
-        Map<String, Object> o = new LinkedHashMap<>();
-        o.put("kind", kind);
-        o.put("topic", topic);
-        o.put(field, value);
-        o.put("offsets", offsets);
-        OUT.println(Json.write(o));
+        HarnessSupport.printOffsets(kind, topic, field, value, offsets);
     }
 
     // -- bench ---------------------------------------------------------------------------
@@ -538,7 +453,7 @@ public final class Harness {
         Map<String, String> props = new LinkedHashMap<>();
         props.put(MessageConst.PROPERTY_TAGS, "TagA");
         InetSocketAddress bornHost = parseHost("10.0.0.1:4000");
-        int warm = (int) opt("warmup", Math.min(n, 20_000));
+        int warm = (int) args.opt("warmup", Math.min(n, 20_000));
         long start = 0;
         for (int i = -warm; i < n; i++) {
             if (i == 0) {
@@ -557,7 +472,7 @@ public final class Harness {
         o.put("warmup", (long) warm);
         o.put("seconds", ns / 1e9);
         o.put("messagesPerSecond", n / (ns / 1e9));
-        OUT.println(Json.write(o));
+        print(o);
         return 0;
     }
 }

@@ -1,5 +1,10 @@
-package rmqbroker;
+package rmqshared;
 
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Base64;
 import java.util.LinkedHashMap;
@@ -7,11 +12,12 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * A minimal JSON reader and writer for the harness's JSON lines (objects, arrays, strings,
- * integers, booleans, null). Object keys keep their order, so property maps are written in the
- * order the test gave them.
+ * A minimal JSON reader and writer for the JSON lines of both interop harnesses
+ * (rmqinterop.Harness and rmqbroker.BrokerHarness): objects, arrays, strings, integers,
+ * booleans, null. Object keys keep their order, so property maps are written in the order the
+ * test gave them.
  */
-final class Json {
+public final class Json {
     private final String s;
     private int i;
 
@@ -19,7 +25,7 @@ final class Json {
         this.s = s;
     }
 
-    static Object parse(String text) {
+    public static Object parse(String text) {
         Json p = new Json(text);
         p.ws();
         Object v = p.value();
@@ -142,6 +148,21 @@ final class Json {
         }
     }
 
+    /** Every non-blank line of a UTF-8 JSON lines file, each one object. */
+    @SuppressWarnings("unchecked")
+    public static List<Map<String, Object>> readObjects(Path file) throws IOException {
+        List<Map<String, Object>> out = new ArrayList<>();
+        try (BufferedReader in = Files.newBufferedReader(file, StandardCharsets.UTF_8)) {
+            String line;
+            while ((line = in.readLine()) != null) {
+                if (!line.isBlank()) {
+                    out.add((Map<String, Object>) parse(line));
+                }
+            }
+        }
+        return out;
+    }
+
     // -- writing ---------------------------------------------------------------------------
 
     static String quote(String v) {
@@ -161,7 +182,7 @@ final class Json {
         return b.append('"').toString();
     }
 
-    static String write(Object v) {
+    public static String write(Object v) {
         StringBuilder b = new StringBuilder();
         write(b, v);
         return b.toString();
