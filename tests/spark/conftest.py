@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -26,5 +27,19 @@ def spark() -> Iterator[Any]:
     from rmqstore.spark import local_session
 
     session = local_session("rmqstore-tests", master="local[2,2]")
+    gateway = session.sparkContext._gateway
     yield session
     session.stop()
+    # The JVM leaves on its own when this process ends (EOF on its stdin), and spends some
+    # seconds of CPU shutting down while whatever runs next (the benchmarks, in `make test`)
+    # is measured: end it here, and wait for it.
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    if proc is not None:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
