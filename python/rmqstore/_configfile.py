@@ -26,29 +26,33 @@ from __future__ import annotations
 import contextlib
 import errno as errno_mod
 import json
+import logging
 import os
 import re
 import stat
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Generic, NoReturn, TypeVar
+from types import TracebackType
+from typing import Any, Generic, NoReturn, Self, TypeVar
 
-from .errors import StoreCorruptedError, StoreIOError
+from .errors import StoreClosedError, StoreCorruptedError, StoreIOError
 
 __all__ = [
     "MAX_CONFIG_FILE_BYTES",
     "ConfigFile",
+    "ConfigManager",
     "UndecodableError",
     "dump_json",
     "parse_json",
+    "strict_loads",
 ]
 
 #: The largest config file read (64 MiB): a consumer offset table of about three million
 #: queues. A larger file is refused, not truncated or replaced.
 MAX_CONFIG_FILE_BYTES = 64 * 1024 * 1024
 
-#: The longest integer literal read: 20 characters hold every Java ``long`` (with its sign).
-_MAX_INT_LITERAL = 20
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
 class UndecodableError(Exception):
@@ -83,14 +87,6 @@ def _reject_constant(name: str) -> NoReturn:
     raise UndecodableError(f"non-JSON constant {name}")
 
 
-def _bounded_int(literal: str) -> int:
-    if len(literal) > _MAX_INT_LITERAL:
-        raise UndecodableError(
-            f"an integer of {len(literal.lstrip('-'))} digits (a Java long has at most 19)"
-        )
-    return int(literal)
-
-
 def _finite_float(literal: str) -> float:
     value = float(literal)
     if value in (float("inf"), float("-inf")):
@@ -98,22 +94,51 @@ def _finite_float(literal: str) -> float:
     return value
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise UndecodableError(f"key {key[:200]!r} appears twice in one object")
-        obj[key] = value
-    return obj
+def strict_loads(
+    text: str,
+    *,
+    int_error: Callable[[str], Exception],
+    duplicate_error: Callable[[str], Exception],
+) -> Any:
+    """``json.loads`` for values a Java reader would have to guess at: an integer outside a
+    Java ``long`` raises ``int_error(literal)`` (before it is converted, so a 5,000-digit
+    literal costs nothing), a key given twice in one object ``duplicate_error(key)``, and
+    NaN, Infinity or a float out of range :class:`UndecodableError`. Deep nesting raises
+    ``RecursionError`` and bad JSON ``json.JSONDecodeError``, for the caller to name."""
+
+    def number(literal: str) -> int:
+        if len(literal.lstrip("-")) <= 19:
+            value = int(literal)
+            if _I64_MIN <= value <= _I64_MAX:
+                return value
+        raise int_error(literal)
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                raise duplicate_error(key)
+            obj[key] = value
+        return obj
+
+    return json.loads(
+        text,
+        object_pairs_hook=unique,
+        parse_constant=_reject_constant,
+        parse_int=number,
+        parse_float=_finite_float,
+    )
 
 
 def _loads(text: str) -> Any:
-    return json.loads(
+    return strict_loads(
         text,
-        object_pairs_hook=_unique_keys,
-        parse_constant=_reject_constant,
-        parse_int=_bounded_int,
-        parse_float=_finite_float,
+        int_error=lambda literal: UndecodableError(
+            f"an integer of {len(literal.lstrip('-'))} digits is outside a Java long"
+        ),
+        duplicate_error=lambda key: UndecodableError(
+            f"key {key[:200]!r} appears twice in one object"
+        ),
     )
 
 
@@ -360,3 +385,70 @@ class ConfigFile(Generic[T]):
             fsync_dir(self.dir)
         except OSError as e:
             raise io_error(f"{self.what}: sync folder", e, self.dir) from e
+
+
+class ConfigManager(Generic[T]):
+    """What every manager of a config file shares (RocketMQ's ``ConfigManager``): the file,
+    loaded at construction with the ``.bak`` fallback (a warning on ``logger`` names the file
+    passed over; the decoded value, or None when neither file exists, is left in
+    ``self._loaded`` for the subclass), a lock that serialises its calls, and ``close``. A
+    closed manager refuses further calls (:meth:`_check_open`)."""
+
+    def __init__(
+        self,
+        config_dir: str | os.PathLike[str],
+        name: str,
+        decode: Callable[[Any], T],
+        what: str,
+        logger: logging.Logger,
+    ) -> None:
+        self._file = ConfigFile(config_dir, name, decode, what)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._file.make_dir()
+        loaded, problem = self._file.load()
+        if problem is not None:
+            logger.warning(
+                "%s: %s is %s; loaded the previous version from %s",
+                what,
+                self._file.path,
+                problem,
+                self._file.bak,
+            )
+        self._loaded: T | None = loaded
+
+    @property
+    def path(self) -> Path:
+        """The file, ``<config_dir>/<name>``."""
+        return self._file.path
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Waits for a call in progress, then refuses further calls. Idempotent.
+
+        Nothing needs writing: every change was durable when it returned.
+        """
+        with self._lock:
+            self._closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"{type(self).__name__}({os.fspath(self._file.dir)!r}, {state})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self._file.what} {os.fspath(self._file.path)} is closed")

@@ -37,18 +37,14 @@ from __future__ import annotations
 import logging
 import os
 import re
-import threading
 from collections.abc import Mapping
-from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeGuard
 
-from ._configfile import ConfigFile, UndecodableError, dump_json
+from ._configfile import ConfigManager, UndecodableError, dump_json
 from .errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
     InvalidArgumentError,
-    StoreClosedError,
 )
 
 __all__ = ["ConsumerOffsetManager"]
@@ -179,7 +175,7 @@ def _key(group: object, topic: object) -> str:
 # -- the manager --------------------------------------------------------------------------------
 
 
-class ConsumerOffsetManager:
+class ConsumerOffsetManager(ConfigManager[tuple[dict[str, Any], "_Table"]]):
     """Committed consumer offsets of a store, in ``<config_dir>/consumerOffset.json``.
 
     ``config_dir`` is the store's ``config/`` folder; it is created when missing. The table is
@@ -207,55 +203,10 @@ class ConsumerOffsetManager:
     """
 
     def __init__(self, config_dir: str | os.PathLike[str]) -> None:
-        self._file = ConfigFile(config_dir, FILE_NAME, _decode, "consumer offsets")
+        super().__init__(config_dir, FILE_NAME, _decode, "consumer offsets", logger)
         self._dir = self._file.dir
         self._path = self._file.path
-        self._lock = threading.Lock()
-        self._closed = False
-        self._file.make_dir()
-        loaded, problem = self._file.load()
-        if problem is not None:
-            logger.warning(
-                "consumer offsets: %s is %s; loaded the previous version from %s",
-                self._path,
-                problem,
-                self._file.bak,
-            )
-        self._extra, self._table = loaded if loaded is not None else ({}, {})
-
-    # -- lifecycle -------------------------------------------------------------------------
-
-    @property
-    def path(self) -> Path:
-        """The offsets file, ``<config_dir>/consumerOffset.json``."""
-        return self._path
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def close(self) -> None:
-        """Waits for a commit in progress, then refuses further calls. Idempotent.
-
-        Nothing needs writing: every commit was durable when it returned.
-        """
-        with self._lock:
-            self._closed = True
-
-    def __enter__(self) -> ConsumerOffsetManager:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"ConsumerOffsetManager({os.fspath(self._dir)!r}, {state})"
+        self._extra, self._table = self._loaded if self._loaded is not None else ({}, {})
 
     # -- commit ----------------------------------------------------------------------------
 
@@ -352,10 +303,6 @@ class ConsumerOffsetManager:
             return {key: dict(sorted(queues.items())) for key, queues in self._table.items()}
 
     # -- internals -------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError(f"consumer offsets {os.fspath(self._path)} are closed")
 
 
 def _split(key: str) -> tuple[str, str | None]:

@@ -126,6 +126,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ._configfile import UndecodableError, strict_loads
 from .config import StoreConfig
 from .errors import (
     ArgumentOverflowError,
@@ -373,27 +374,17 @@ def _load_json(name: str, text: str, example: str) -> Any:
     a key given twice, deep nesting or bad JSON :class:`InvalidArgumentError`, each naming the
     option."""
     what = _spell(name)
-
-    def number(digits: str) -> int:
-        if len(digits.lstrip("-")) <= 19:
-            value = int(digits)
-            if -_I64_MAX - 1 <= value <= _I64_MAX:
-                return value
-        raise ArgumentOverflowError(
-            f"rmqstore data source: {what}: the number {_show(digits, 24)} is out of the "
-            "range of a signed 64-bit integer"
-        )
-
-    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                raise _bad_option(f"{what} names {_show(key)} twice")
-            out[key] = value
-        return out
-
     try:
-        return json.loads(text, parse_int=number, object_pairs_hook=unique)
+        return strict_loads(
+            text,
+            int_error=lambda digits: ArgumentOverflowError(
+                f"rmqstore data source: {what}: the number {_show(digits, 24)} is out of the "
+                "range of a signed 64-bit integer"
+            ),
+            duplicate_error=lambda key: _bad_option(f"{what} names {_show(key)} twice"),
+        )
+    except UndecodableError as exc:
+        raise _bad_option(f"{what}: {exc}; expected e.g. {example}") from None
     except RecursionError:
         raise _bad_option(
             f"{what} is nested too deeply (a JSON value like {example} is expected)"

@@ -31,15 +31,12 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeGuard
 
-from ._configfile import ConfigFile, UndecodableError, dump_json
-from .errors import ArgumentTypeError, InvalidArgumentError, StoreClosedError
+from ._configfile import ConfigManager, UndecodableError, dump_json
+from .errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["SYSTEM_TOPICS", "TopicConfigManager", "is_system_topic"]
 
@@ -148,7 +145,7 @@ def new_entry(topic: str, queue_nums: int) -> dict[str, Any]:
     }
 
 
-class TopicConfigManager:
+class TopicConfigManager(ConfigManager[tuple[dict[str, Any], dict[str, dict[str, Any]]]]):
     """The topic table of a store, ``<config_dir>/topics.json`` (see the module documentation).
 
     Loaded at construction with the ``.bak`` fallback (a warning names the file passed over);
@@ -158,49 +155,9 @@ class TopicConfigManager:
     """
 
     def __init__(self, config_dir: str | os.PathLike[str]) -> None:
-        self._file = ConfigFile(config_dir, FILE_NAME, _decode, "topic config")
-        self._lock = threading.Lock()
-        self._closed = False
-        self._file.make_dir()
-        loaded, problem = self._file.load()
-        if problem is not None:
-            logger.warning(
-                "topic config: %s is %s; loaded the previous version from %s",
-                self._file.path,
-                problem,
-                self._file.bak,
-            )
-        self._doc, self._table = loaded if loaded is not None else ({}, {})
+        super().__init__(config_dir, FILE_NAME, _decode, "topic config", logger)
+        self._doc, self._table = self._loaded if self._loaded is not None else ({}, {})
         self.writes = 0
-
-    @property
-    def path(self) -> Path:
-        """The file, ``<config_dir>/topics.json``."""
-        return self._file.path
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def close(self) -> None:
-        """Waits for a write in progress, then refuses further calls. Idempotent."""
-        with self._lock:
-            self._closed = True
-
-    def __enter__(self) -> TopicConfigManager:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"TopicConfigManager({os.fspath(self._file.dir)!r}, {state})"
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -275,10 +232,6 @@ class TopicConfigManager:
             " ..." if len(changes) > 20 else "",
         )
         return True
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError(f"topic config {os.fspath(self._file.path)} is closed")
 
 
 def _copy(entry: dict[str, Any]) -> dict[str, Any]:

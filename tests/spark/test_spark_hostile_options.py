@@ -184,7 +184,7 @@ CASES: list[tuple[dict[str, str], bool, type[RmqStoreError], str]] = [
         {"startingOffsets": '{"TopicA":{"0":NaN}}'},
         False,
         InvalidArgumentError,
-        "offset NaN of 'TopicA'/0 must be -2, -1 or an offset >= 0",
+        "startingOffsets: non-JSON constant NaN",
     ),
     ({"startingOffsets": '{"TopicA":{"0":"5"}}'}, False, InvalidArgumentError, "offset '5' of"),
     ({"endingOffsets": '{"TopicA":{"0":-2}}'}, False, InvalidArgumentError, "must be -1 (latest)"),
