@@ -183,9 +183,15 @@ pub fn disk_usage(dir: &Path) -> Result<f64> {
 /// consume queue position fits (`0..=MAX_QUEUE_OFFSET`). These bytes are outside the body CRC;
 /// a record failing this is damaged.
 pub fn queue_fields_are_legal(topic: &[u8], queue_id: i32, queue_offset: i64) -> bool {
-    queue_id >= 0
-        && (0..=MAX_QUEUE_OFFSET).contains(&queue_offset)
+    queue_position_is_legal(queue_id, queue_offset)
         && std::str::from_utf8(topic).is_ok_and(crate::message::topic_is_legal)
+}
+
+/// The queue part of [`queue_fields_are_legal`] (for callers that check the topic once for a
+/// run of records).
+#[inline]
+pub fn queue_position_is_legal(queue_id: i32, queue_offset: i64) -> bool {
+    queue_id >= 0 && (0..=MAX_QUEUE_OFFSET).contains(&queue_offset)
 }
 
 /// `check_record` for the record that should start at commitlog offset `here`: a record whose

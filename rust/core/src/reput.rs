@@ -5,8 +5,8 @@
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
-use crate::commitlog::{queue_fields_are_legal, CommitLog};
-use crate::consume_queue::{ConsumeQueue, MAX_QUEUE_OFFSET};
+use crate::commitlog::{queue_fields_are_legal, queue_position_is_legal, CommitLog};
+use crate::consume_queue::ConsumeQueue;
 use crate::consume_queue_store::ConsumeQueueStore;
 use crate::error::{Result, StoreError};
 use crate::index::{IndexBatch, IndexService};
@@ -209,8 +209,7 @@ impl<'a> Dispatcher<'a> {
         // write (`../x`, `/abs`, a negative queue id, a queue offset past the largest, another
         // record's offset) is damaged, and none of its fields becomes a path or a unit.
         if !self.run_topic_legal
-            || d.queue_id < 0
-            || !(0..=MAX_QUEUE_OFFSET).contains(&d.queue_offset)
+            || !queue_position_is_legal(d.queue_id, d.queue_offset)
             || d.physical_offset != at
         {
             self.skipped += 1;

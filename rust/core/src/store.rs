@@ -17,7 +17,7 @@ use crate::consume_queue_store::ConsumeQueueStore;
 use crate::error::{Result, StoreError};
 use crate::index::IndexService;
 use crate::lockfile::StoreLock;
-use crate::message::{property, Message, MessageExt};
+use crate::message::{find_property, property, Message, MessageExt};
 use crate::read::{GetMessageResult, TagFilter, TimeBoundary};
 use crate::reput::{reput, ReputStep};
 use crate::transient_pool::TransientStorePool;
@@ -1106,15 +1106,19 @@ impl MessageStore {
                     // is read as every read is (CRC checked, body decompressed): a damaged
                     // record this query returns is an error, one it skips is not its concern.
                     let candidate = o.commitlog.with_record(off, |file, d, data| {
-                        let m = MessageExt::from_record(d, data);
+                        let props = std::str::from_utf8(d.properties).unwrap_or("");
+                        let prop = |name| find_property(props, name);
                         let key_matches = if by_tag {
-                            m.property(property::TAGS) == Some(key)
+                            prop(property::TAGS) == Some(key)
                         } else {
-                            m.keys().contains(&key) || m.property(property::UNIQ_KEY) == Some(key)
+                            prop(property::KEYS).is_some_and(|keys| {
+                                keys.split(property::KEY_SEPARATOR)
+                                    .any(|k| !k.is_empty() && k == key)
+                            }) || prop(property::UNIQ_KEY) == Some(key)
                         };
-                        let matches = m.topic() == topic
+                        let matches = d.topic == topic.as_bytes()
                             && key_matches
-                            && (begin..=end).contains(&m.store_timestamp);
+                            && (begin..=end).contains(&d.store_timestamp);
                         matches.then(|| o.commitlog.read_message(file, d, data))
                     });
                     if let Ok(Some(Some(m))) = candidate {

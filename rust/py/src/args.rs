@@ -86,17 +86,6 @@ where
     }
 }
 
-/// An integer argument or None.
-pub fn opt_int<'py, T>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Option<T>>
-where
-    T: for<'a> FromPyObject<'a, 'py> + IntRange,
-{
-    if obj.is_none() {
-        return Ok(None);
-    }
-    int(obj, name).map(Some)
-}
-
 /// Text that must encode as UTF-8 (no lone surrogates).
 pub fn text(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<PyBackedStr> {
     let Ok(s) = obj.cast::<PyString>() else {
@@ -119,14 +108,6 @@ pub fn text(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<PyBackedStr> {
     })
 }
 
-/// Text or None.
-pub fn opt_text(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<PyBackedStr>> {
-    if obj.is_none() {
-        return Ok(None);
-    }
-    text(obj, name).map(Some)
-}
-
 /// A bool (not any truthy object: `read_batch(..., include_properties="no")` is a mistake).
 pub fn boolean(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
     match obj.cast::<PyBool>() {
@@ -135,21 +116,34 @@ pub fn boolean(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
     }
 }
 
-/// A bool or None.
-pub fn opt_boolean(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<bool>> {
+/// `kind`'s value, or None for None.
+fn optional<'py, T>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+    kind: impl FnOnce(&Bound<'py, PyAny>, &str) -> PyResult<T>,
+) -> PyResult<Option<T>> {
     if obj.is_none() {
         return Ok(None);
     }
-    boolean(obj, name).map(Some)
+    kind(obj, name).map(Some)
 }
 
-/// One extraction function per argument name of the public API, for `from_py_with`.
+/// One extraction function per argument name of the public API, for `from_py_with`; `kind?`
+/// also takes None.
 macro_rules! named {
-    ($($f:ident: $kind:ident -> $t:ty),* $(,)?) => {$(
+    ($f:ident: $kind:ident -> $t:ty $(, $($rest:tt)*)?) => {
         pub fn $f(obj: &Bound<'_, PyAny>) -> PyResult<$t> {
             $kind(obj, stringify!($f))
         }
-    )*};
+        $(named!($($rest)*);)?
+    };
+    ($f:ident: $kind:ident? -> $t:ty $(, $($rest:tt)*)?) => {
+        pub fn $f(obj: &Bound<'_, PyAny>) -> PyResult<Option<$t>> {
+            optional(obj, stringify!($f), $kind)
+        }
+        $(named!($($rest)*);)?
+    };
+    () => {};
 }
 
 named!(
@@ -160,18 +154,18 @@ named!(
     max_num: int -> usize,
     max_msgs: int -> usize,
     begin_timestamp: int -> i64,
-    end_timestamp: opt_int -> Option<i64>,
-    born_timestamp: opt_int -> Option<i64>,
+    end_timestamp: int? -> i64,
+    born_timestamp: int? -> i64,
     timestamp: int -> i64,
     consume_queue_offset: int -> i64,
     topic: text -> PyBackedStr,
     group: text -> PyBackedStr,
     key: text -> PyBackedStr,
     tag: text -> PyBackedStr,
-    boundary: opt_text -> Option<PyBackedStr>,
-    tags: opt_text -> Option<PyBackedStr>,
-    subscription: opt_text -> Option<PyBackedStr>,
-    born_host: opt_text -> Option<PyBackedStr>,
+    boundary: text? -> PyBackedStr,
+    tags: text? -> PyBackedStr,
+    subscription: text? -> PyBackedStr,
+    born_host: text? -> PyBackedStr,
     include_properties: boolean -> bool,
-    decompress: opt_boolean -> Option<bool>,
+    decompress: boolean? -> bool,
 );

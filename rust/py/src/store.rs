@@ -150,14 +150,13 @@ impl Drop for Store {
 
 impl Store {
     /// Runs `f` on the store with the GIL released (every store call touches files or maps)
-    /// and maps its error into the Python exception tree. In a process forked from the one
-    /// that opened the store nothing runs (see `rmqstore_core::fork`).
+    /// and maps its error into the Python exception tree. (In a process forked from the one
+    /// that opened the store, the core refuses the call: see `rmqstore_core::fork`.)
     fn run<T: Send>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&MessageStore) -> rmqstore_core::Result<T> + Send,
     ) -> PyResult<T> {
-        self.usable()?;
         let store = &self.inner;
         py.detach(|| {
             // No input should reach a panic; should one still happen (a bug), the caller gets
@@ -177,11 +176,6 @@ impl Store {
             )
         })
         .into_py_result()
-    }
-
-    /// Refuses calls in a forked child of the process that opened the store.
-    fn usable(&self) -> PyResult<()> {
-        self.inner.check_not_forked().into_py_result()
     }
 
     /// `query_message` (by key) or `query_message_by_tag`.
@@ -685,7 +679,6 @@ impl Store {
     }
 
     fn recovery_report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.usable()?;
         let r = self.inner.recovery_report().into_py_result()?;
         let d = PyDict::new(py);
         d.set_item("abnormal", r.abnormal)?;
