@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use rmqstore_core::commitlog::Batch;
-use rmqstore_core::mapped_file::MappedFile;
+use rmqstore_core::file::mapped_file::MappedFile;
 use rmqstore_core::{MessageStore, StoreConfig};
 
 const SEGMENT: i64 = 1 << 30;

@@ -5,7 +5,7 @@
 //! on such a lock or write the parent's files). A `pthread_atfork` child handler counts forks;
 //! a store remembers the count it was opened under and refuses every call (and does nothing
 //! when dropped) in a process that has forked since. The handler also closes the child's copies
-//! of the parent's lock descriptors (see [`crate::lockfile`]), so a child never keeps its
+//! of the parent's lock descriptors (see [`crate::file::lockfile`]), so a child never keeps its
 //! parent's store locked.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,7 +17,7 @@ static REGISTER: Once = Once::new();
 extern "C" fn in_child() {
     // Only atomics and `close`: async-signal-safe, as a fork child handler must be.
     FORKS.fetch_add(1, Ordering::SeqCst);
-    crate::lockfile::forget_in_child();
+    crate::file::lockfile::forget_in_child();
 }
 
 /// The number of forks this process is away from the one that first asked (registering the

@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
-use rmqstore_core::message::{self as codec, property, HostAddr, PutMessageStatus};
+use rmqstore_core::format::message::{self as codec, property, HostAddr, PutMessageStatus};
 use rmqstore_core::read::{GetMessageResult as CoreGetMessageResult, GetMessageStatus};
 use rmqstore_core::util::now_millis;
 use rmqstore_core::{AppendResult, MessageExt as CoreMessageExt};
@@ -257,7 +257,9 @@ impl MessageExt {
     /// is stored uncompressed.
     #[getter]
     fn compression(&self) -> Option<String> {
-        match rmqstore_core::compression::Compression::of_sys_flag(self.inner.stored_sys_flag())? {
+        match rmqstore_core::format::compression::Compression::of_sys_flag(
+            self.inner.stored_sys_flag(),
+        )? {
             Ok(c) => Some(c.name().to_owned()),
             Err(value) => Some(format!("UNKNOWN({value})")),
         }

@@ -1043,16 +1043,20 @@ impl MessageExt {
         }
     }
 
-    /// Decompresses a compressed body (see [`crate::compression`]): [`MessageExt::body`] then
+    /// Decompresses a compressed body (see [`crate::format::compression`]): [`MessageExt::body`] then
     /// gives the body the producer sent, and `sys_flag` loses the COMPRESSED bit (keeping the
     /// compression type bits), as in the `MessageExt` RocketMQ's client decoder gives.
     /// Nothing changes for an uncompressed record.
-    pub fn decompress(&mut self) -> Result<(), crate::compression::DecompressError> {
+    pub fn decompress(&mut self) -> Result<(), crate::format::compression::DecompressError> {
         if self.stored_sys_flag & sysflag::COMPRESSED == 0 || self.decompressed.is_some() {
             return Ok(());
         }
         let mut out = Vec::new();
-        crate::compression::decompress_into(self.stored_sys_flag, self.stored_body(), &mut out)?;
+        crate::format::compression::decompress_into(
+            self.stored_sys_flag,
+            self.stored_body(),
+            &mut out,
+        )?;
         self.decompressed = Some(out.into_boxed_slice());
         self.sys_flag &= !sysflag::COMPRESSED;
         Ok(())

@@ -6,21 +6,21 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::allocate::{AllocateConfig, Allocator, ServiceStep};
-use crate::checkpoint::{AbortFile, StoreCheckpoint};
 use crate::commitlog::{
     AppendResult, Batch, CommitLog, CommitRequests, DataSignal, RecoveryReport, RecoveryStart,
 };
 use crate::config::{FlushDiskType, StoreConfig};
-use crate::consume_queue::{ConsumeQueue, CqUnit};
-use crate::consume_queue_store::ConsumeQueueStore;
+use crate::dispatch::{reput, ReputStep};
 use crate::error::{Result, StoreError};
+use crate::file::allocate::{AllocateConfig, Allocator, ServiceStep};
+use crate::file::checkpoint::{AbortFile, StoreCheckpoint};
+use crate::file::lockfile::StoreLock;
+use crate::file::transient_pool::TransientStorePool;
+use crate::format::message::{find_property, property, Message, MessageExt};
 use crate::index::IndexService;
-use crate::lockfile::StoreLock;
-use crate::message::{find_property, property, Message, MessageExt};
+use crate::queue::consume_queue::{ConsumeQueue, CqUnit};
+use crate::queue::store::ConsumeQueueStore;
 use crate::read::{GetMessageResult, TagFilter, TimeBoundary};
-use crate::reput::{reput, ReputStep};
-use crate::transient_pool::TransientStorePool;
 
 struct Open {
     commitlog: CommitLog,
@@ -287,7 +287,7 @@ impl MessageStore {
             }
             // Keys missing between two index files (RocketMQ can lose a file's worth, see
             // `reput::fill_index_gaps`) are indexed again, in files between the two.
-            let refilled = crate::reput::fill_index_gaps(&commitlog, index)?;
+            let refilled = crate::dispatch::fill_index_gaps(&commitlog, index)?;
             if refilled > 0 {
                 log::warn!(
                     target: "rmqstore.store",
@@ -351,7 +351,7 @@ impl MessageStore {
                 warm: config.warm_mapped_file_enable && !read_only,
                 warm_sync: config.flush_disk_type == FlushDiskType::SyncFlush,
                 warm_flush_pages: config.flush_least_pages_when_warm_mapped_file,
-                munlock_delay: crate::allocate::MUNLOCK_DELAY,
+                munlock_delay: crate::file::allocate::MUNLOCK_DELAY,
             },
             pool.clone(),
         ));

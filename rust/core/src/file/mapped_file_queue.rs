@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::error::{Result, StoreError};
-use crate::mapped_file::MappedFile;
+use crate::file::mapped_file::MappedFile;
 use crate::util::{file_name_to_offset, offset_to_file_name};
 
 pub struct MappedFileQueue {
@@ -523,7 +523,7 @@ mod tests {
     #[test]
     fn commit_moves_across_buffered_and_direct_segments() {
         let d = tmp("commit");
-        let pool = crate::transient_pool::TransientStorePool::new(1, 1024).unwrap();
+        let pool = crate::file::transient_pool::TransientStorePool::new(1, 1024).unwrap();
         let q = MappedFileQueue::load(&d, 1024).unwrap();
         q.set_committed_where(0);
         // Segment 0 borrows the only buffer; segment 1 is written directly.

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Result, StoreError};
-use crate::mapped_file::MappedFile;
-use crate::mapped_file_queue::MappedFileQueue;
-use crate::message::{be_i32, be_i64};
+use crate::file::mapped_file::MappedFile;
+use crate::file::mapped_file_queue::MappedFileQueue;
+use crate::format::message::{be_i32, be_i64};
 
 /// `CQ_STORE_UNIT_SIZE`.
 pub const CQ_STORE_UNIT_SIZE: i64 = 20;

@@ -1,18 +1,19 @@
 //! The read path: `getMessage` with tag filtering and batch limits, offsets by time
 //! (STORE_SPEC §8).
 
+pub mod vec_pool;
+
 use crate::commitlog::CommitLog;
-use crate::compression::{decompress_into, DecompressError};
 use crate::config::StoreConfig;
-use crate::consume_queue::ConsumeQueue;
-use crate::consume_queue::CQ_STORE_UNIT_SIZE;
 use crate::error::{Result, StoreError};
-use crate::message::{
+use crate::format::compression::{decompress_into, DecompressError};
+use crate::format::message::{
     body_crc_matches, for_each_property, keep_last_of_each, sysflag, view_record, MessageExt,
     RecordView,
 };
+use crate::queue::consume_queue::ConsumeQueue;
+use crate::queue::consume_queue::CQ_STORE_UNIT_SIZE;
 use crate::util::java_hash;
-use crate::vec_pool;
 
 /// `GetMessageStatus`, in RocketMQ's order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -396,7 +397,7 @@ impl ColumnVec {
         }
     }
 
-    /// Gives the vector to the pool of dropped batches ([`crate::vec_pool`]).
+    /// Gives the vector to the pool of dropped batches ([`crate::read::vec_pool`]).
     pub fn recycle(self) {
         match self {
             ColumnVec::U8(v) => vec_pool::recycle(v),
@@ -522,7 +523,7 @@ impl BatchColumns {
     }
 
     /// Room for `n` rows and `body_bytes` of bodies, in vectors from the pool of dropped
-    /// batches ([`crate::vec_pool`]) where it has them.
+    /// batches ([`crate::read::vec_pool`]) where it has them.
     fn with_capacity(n: usize, body_bytes: usize) -> BatchColumns {
         let mut c = vec_pool::with_pool(|p| BatchColumns {
             topic_offsets: p.take(n + 1),
@@ -886,7 +887,7 @@ fn read_range(
     }
     let mut cols = BatchColumns::with_capacity(room, bytes.min(READ_BATCH_MAX_BYTES));
     let mut next = start;
-    let mut file: Option<std::sync::Arc<crate::mapped_file::MappedFile>> = None;
+    let mut file: Option<std::sync::Arc<crate::file::mapped_file::MappedFile>> = None;
     let mut split = PropsSplit::default();
     let mut failed: Option<StoreError> = None;
     cq.scan(start, limit, |u| {

@@ -6,15 +6,15 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
 use crate::commitlog::{queue_fields_are_legal, queue_position_is_legal, CommitLog};
-use crate::consume_queue::ConsumeQueue;
-use crate::consume_queue_store::ConsumeQueueStore;
 use crate::error::{Result, StoreError};
-use crate::index::{IndexBatch, IndexService};
-use crate::mapped_file::MappedFile;
-use crate::message::{
+use crate::file::mapped_file::MappedFile;
+use crate::format::message::{
     be_i32, check_record, sysflag, tags_code, topic_is_legal, view_record, DispatchProps,
     RecordCheck, RecordView,
 };
+use crate::index::{IndexBatch, IndexService};
+use crate::queue::consume_queue::ConsumeQueue;
+use crate::queue::store::ConsumeQueueStore;
 
 /// What one dispatch call did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

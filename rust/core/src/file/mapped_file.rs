@@ -7,7 +7,7 @@
 //! position sees the bytes below.
 //!
 //! Without a write buffer, appends go straight into the mapping and are readable at once
-//! (committed = wrote). With a buffer from the [`TransientStorePool`](crate::transient_pool),
+//! (committed = wrote). With a buffer from the [`TransientStorePool`](crate::file::transient_pool),
 //! appends go into the buffer and become readable only when [`MappedFile::commit`] has copied
 //! them into the file; a fully committed segment gives its buffer back.
 
@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::error::{Result, StoreError};
-use crate::transient_pool::PoolBuffer;
+use crate::file::transient_pool::PoolBuffer;
 
 /// `OS_PAGE_SIZE`.
 pub const OS_PAGE_SIZE: i64 = 4096;
@@ -608,7 +608,7 @@ mod tests {
     fn write_buffer_commit_makes_bytes_readable_and_returns_the_buffer() {
         let d = tmp("buffer");
         let p = d.join("00000000000000000000");
-        let pool = crate::transient_pool::TransientStorePool::new(1, 16384).unwrap();
+        let pool = crate::file::transient_pool::TransientStorePool::new(1, 16384).unwrap();
         let mf = MappedFile::create(&p, 0, 16384).unwrap();
         mf.attach_write_buffer(pool.borrow().unwrap()).unwrap();
         assert!(mf.has_write_buffer());

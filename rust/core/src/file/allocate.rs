@@ -12,8 +12,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
-use crate::mapped_file::MappedFile;
-use crate::transient_pool::TransientStorePool;
+use crate::file::mapped_file::MappedFile;
+use crate::file::transient_pool::TransientStorePool;
 use crate::util::offset_to_file_name;
 
 /// How long a put waits for the service to deliver a segment (`waitTimeOut`).

@@ -4,9 +4,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use crate::consume_queue::{ConsumeQueue, CQ_STORE_UNIT_SIZE};
 use crate::error::{Result, StoreError};
-use crate::message::topic_is_legal;
+use crate::format::message::topic_is_legal;
+use crate::queue::consume_queue::{ConsumeQueue, CQ_STORE_UNIT_SIZE};
 
 pub struct ConsumeQueueStore {
     dir: PathBuf,

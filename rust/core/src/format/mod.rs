@@ -1,0 +1,2 @@
+pub mod compression;
+pub mod message;

@@ -1,0 +1,2 @@
+pub mod consume_queue;
+pub mod store;
