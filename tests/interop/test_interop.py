@@ -117,6 +117,13 @@ def test_index_file_lost_to_a_same_millisecond_name(referee: JavaHarness, tmp_pa
     index = store / "index"
     names = sorted(p.name for p in index.iterdir())
     assert len(names) >= 12
+    # RocketMQ's write may itself have lost a file this way (the bug under test, when two files
+    # fill in one millisecond): what rmqstore adds for those is found on an untouched copy.
+    natural = tmp_path / "natural"
+    shutil.copytree(store, natural)
+    rmq_dump(natural, SMALL)
+    refilled = sorted({p.name for p in (natural / "index").iterdir()} - set(names))
+    assert names[7] + "1" not in refilled
     same_millisecond_index_file(
         index / names[8], index / names[9], SMALL.hash_slots, SMALL.index_num
     )
@@ -127,7 +134,7 @@ def test_index_file_lost_to_a_same_millisecond_name(referee: JavaHarness, tmp_pa
     ours = rmq_dump(store, SMALL)
     check_matches_described(ours, described, puts, SMALL)
     added = sorted({p.name for p in index.iterdir()} - set(names))
-    assert added == [names[7] + "1"]
+    assert added == sorted([names[7] + "1", *refilled])
     theirs = referee.read(store, SMALL)
     assert_same_dump(ours, theirs)
 
@@ -405,7 +412,12 @@ def test_side_by_side_benchmark_runs(rocketmq: JavaHarness, tmp_path: Path) -> N
     lines = proc.stdout.splitlines()
     assert "ratio" in lines[0]
     (res,) = json.loads(lines[-1])
-    assert res["rocketmq_msgs_per_s"] > 0
-    assert res["rmqstore_msgs_per_s"] > 0
-    ratio = res["rmqstore_msgs_per_s"] / res["rocketmq_msgs_per_s"]
-    assert abs(res["ratio"] - ratio) < 0.02
+    java, ours = res["rocketmq_msgs_per_s"], res["rmqstore_msgs_per_s"]
+    assert java > 0
+    assert ours > 0
+    # The script rounds the rates to whole messages a second and the ratio to 0.01, so the ratio
+    # of the rounded rates agrees with the printed one only to within those roundings: when a
+    # loaded machine slows RocketMQ's round to 1,000 msg/s and the ratio is 80, half a message
+    # a second is 0.04 of it.
+    ratio = ours / java
+    assert abs(res["ratio"] - ratio) <= 0.005 + 2 * ratio * (0.5 / java + 0.5 / ours)
