@@ -52,3 +52,92 @@ impl CheckpointFields {
         buf
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn fields() -> impl Strategy<Value = CheckpointFields> {
+        any::<[i64; 5]>().prop_map(|f| CheckpointFields {
+            physic_msg_timestamp: f[0],
+            logics_msg_timestamp: f[1],
+            index_msg_timestamp: f[2],
+            master_flushed_offset: f[3],
+            confirm_phy_offset: f[4],
+        })
+    }
+
+    /// A 4 KiB page: random bytes, or the page a checkpoint writes with bytes overwritten.
+    fn page() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), CHECKPOINT_FILE_SIZE as usize),
+            (
+                fields(),
+                proptest::collection::vec(
+                    (0usize..CHECKPOINT_FILE_SIZE as usize, any::<u8>()),
+                    0..8
+                ),
+            )
+                .prop_map(|(f, writes)| {
+                    let mut p = vec![0u8; CHECKPOINT_FILE_SIZE as usize];
+                    p[..CHECKPOINT_FIELDS_LEN].copy_from_slice(&f.encode());
+                    for (at, b) in writes {
+                        p[at] = b;
+                    }
+                    p
+                }),
+        ]
+    }
+
+    #[test]
+    fn fields_in_file_order() {
+        let f = CheckpointFields {
+            physic_msg_timestamp: 1,
+            logics_msg_timestamp: 2,
+            index_msg_timestamp: 3,
+            master_flushed_offset: 4,
+            confirm_phy_offset: -1,
+        };
+        let b = f.encode();
+        assert_eq!(&b[0..8], &1i64.to_be_bytes());
+        assert_eq!(&b[16..24], &3i64.to_be_bytes());
+        assert_eq!(&b[32..40], &[0xFF; 8]);
+        assert_eq!(CheckpointFields::decode(&b), f);
+    }
+
+    proptest! {
+        /// Any page reads as the five longs at its start, whatever follows them, and writing
+        /// those back gives the same 40 bytes.
+        #[test]
+        fn any_page_reads_as_its_first_forty_bytes(page in page(), tail in any::<u8>()) {
+            let head: [u8; CHECKPOINT_FIELDS_LEN] = page[..CHECKPOINT_FIELDS_LEN].try_into().unwrap();
+            let f = CheckpointFields::decode(&head);
+            let longs: Vec<i64> = head
+                .chunks_exact(8)
+                .map(|c| i64::from_be_bytes(c.try_into().unwrap()))
+                .collect();
+            prop_assert_eq!(
+                vec![
+                    f.physic_msg_timestamp,
+                    f.logics_msg_timestamp,
+                    f.index_msg_timestamp,
+                    f.master_flushed_offset,
+                    f.confirm_phy_offset,
+                ],
+                longs
+            );
+            prop_assert_eq!(f.encode(), head);
+            let mut other = page.clone();
+            other[CHECKPOINT_FIELDS_LEN..].fill(tail);
+            let other_head: [u8; CHECKPOINT_FIELDS_LEN] = other[..CHECKPOINT_FIELDS_LEN].try_into().unwrap();
+            prop_assert_eq!(CheckpointFields::decode(&other_head), f);
+        }
+
+        /// Fields written come back.
+        #[test]
+        fn encode_then_decode_is_identity(f in fields()) {
+            prop_assert_eq!(CheckpointFields::decode(&f.encode()), f);
+        }
+    }
+}

@@ -461,4 +461,268 @@ mod tests {
             }
         }
     }
+
+    /// Fuzzing the two readers: whatever the bytes, an answer never points outside the buffer
+    /// and agrees with the bytes it claims to have read.
+    mod fuzz {
+        use super::*;
+        use crate::format::bytes::{be_i32, be_i64};
+        use proptest::prelude::*;
+
+        /// Whether `inner` lies inside `outer` (the readers hand out subslices).
+        fn within(outer: &[u8], inner: &[u8]) -> bool {
+            let (o, i) = (outer.as_ptr() as usize, inner.as_ptr() as usize);
+            i >= o && i + inner.len() <= o + outer.len()
+        }
+
+        /// The invariants of one answer of [`check_record`] on `buf`.
+        fn check_answer(buf: &[u8], check_crc: bool) -> Result<(), TestCaseError> {
+            match check_record(buf, check_crc) {
+                RecordCheck::Message(d) => {
+                    let n = d.total_size as usize;
+                    prop_assert!(d.total_size >= MIN_RECORD_SIZE && n <= buf.len());
+                    prop_assert_eq!(d.total_size, be_i32(buf, 0));
+                    prop_assert_eq!(Some(d.version), MessageVersion::from_magic(be_i32(buf, 4)));
+                    let rec = &buf[..n];
+                    for part in [d.body, d.topic, d.properties] {
+                        prop_assert!(within(rec, part));
+                    }
+                    prop_assert_eq!(
+                        cal_msg_length(
+                            d.version,
+                            d.sys_flag,
+                            d.body.len() as i64,
+                            d.topic.len() as i64,
+                            d.properties.len() as i64
+                        ),
+                        i64::from(d.total_size)
+                    );
+                    prop_assert_eq!(d.body_crc, be_i32(rec, 8));
+                    prop_assert_eq!(d.queue_id, be_i32(rec, 12));
+                    prop_assert_eq!(d.flag, be_i32(rec, 16));
+                    prop_assert_eq!(d.queue_offset, be_i64(rec, QUEUE_OFFSET_POSITION));
+                    prop_assert_eq!(d.physical_offset, be_i64(rec, PHYSICAL_OFFSET_POSITION));
+                    prop_assert_eq!(d.sys_flag, be_i32(rec, SYSFLAG_POSITION));
+                    prop_assert_eq!(d.born_timestamp, be_i64(rec, 40));
+                    prop_assert_eq!(
+                        d.born_host.ip_bytes(),
+                        &rec[48..48 + d.born_host.ip_bytes().len()]
+                    );
+                    prop_assert_eq!(d.born_host.is_v6(), d.sys_flag & sysflag::BORNHOST_V6 != 0);
+                    prop_assert_eq!(
+                        d.store_host.is_v6(),
+                        d.sys_flag & sysflag::STOREHOSTADDRESS_V6 != 0
+                    );
+                    if check_crc {
+                        prop_assert!(body_crc_matches(d.body, d.body_crc));
+                    }
+                    // The view of the same bytes finds the same fields.
+                    let v = view_record(rec);
+                    prop_assert!(v.is_some(), "a checked record has a view");
+                    let v = v.unwrap();
+                    prop_assert_eq!(
+                        (v.body, v.topic, v.properties),
+                        (d.body, d.topic, d.properties)
+                    );
+                    prop_assert_eq!(v.store_timestamp, d.store_timestamp);
+                }
+                RecordCheck::Blank { size } => {
+                    prop_assert!(buf.len() >= 8);
+                    prop_assert_eq!(be_i32(buf, 4), BLANK_MAGIC_CODE);
+                    prop_assert_eq!(size, be_i32(buf, 0));
+                }
+                RecordCheck::Invalid { size, .. } => {
+                    prop_assert!(size == -1 || (buf.len() >= 8 && size == be_i32(buf, 0)));
+                }
+            }
+            Ok(())
+        }
+
+        /// The invariants of [`view_record`] on `rec`: a view exactly when the CRC-less check
+        /// finds a message filling `rec`, its parts inside `rec`.
+        fn view_answer(rec: &[u8]) -> Result<(), TestCaseError> {
+            let checked = match check_record(rec, false) {
+                RecordCheck::Message(d) if d.total_size as usize == rec.len() => Some(d),
+                _ => None,
+            };
+            match view_record(rec) {
+                Some(v) => {
+                    prop_assert_eq!(v.total_size as usize, rec.len());
+                    for part in [v.body, v.topic, v.properties] {
+                        prop_assert!(within(rec, part));
+                    }
+                    prop_assert!(checked.is_some(), "a view of bytes the check refuses");
+                    let d = checked.unwrap();
+                    prop_assert_eq!(
+                        (v.body, v.topic, v.properties),
+                        (d.body, d.topic, d.properties)
+                    );
+                    prop_assert_eq!(
+                        (v.queue_id, v.queue_offset, v.physical_offset),
+                        (d.queue_id, d.queue_offset, d.physical_offset)
+                    );
+                    prop_assert_eq!(
+                        (v.sys_flag, v.born_timestamp, v.body_crc),
+                        (d.sys_flag, d.born_timestamp, d.body_crc)
+                    );
+                }
+                None => prop_assert!(checked.is_none(), "no view of a checked record"),
+            }
+            Ok(())
+        }
+
+        /// A valid record of random content: IPv4/IPv6 hosts, V1 or V2, empty or not.
+        fn record() -> impl Strategy<Value = Vec<u8>> {
+            (
+                prop_oneof!["[a-zA-Z0-9_-]{1,127}", "%RETRY%[a-z]{121,200}"],
+                proptest::collection::vec(any::<u8>(), 0..96),
+                proptest::collection::vec(("[A-Z_]{1,8}", "[a-z0-9 ]{1,12}"), 0..4),
+                any::<bool>(),
+                any::<bool>(),
+                any::<(i32, i64, i64, i64)>(),
+            )
+                .prop_map(
+                    |(topic, body, props, born_v6, store_v6, (flag, qo, po, ts))| {
+                        let mut e = env(&topic);
+                        e.flag = flag;
+                        if born_v6 {
+                            e.born_host = HostAddr::parse("[fe80::7]:1").unwrap();
+                        }
+                        if store_v6 {
+                            e.store_host = HostAddr::parse("[::1]:10911").unwrap();
+                        }
+                        let rendered =
+                            render_properties(props.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                                .unwrap();
+                        PreparedMessage::new(&e, &body, &rendered, &limits())
+                            .unwrap()
+                            .to_vec(qo, po, ts)
+                    },
+                )
+        }
+
+        proptest! {
+            /// Every prefix of a valid record (a segment's readable end falling inside it) is
+            /// refused by both readers; the record followed by more bytes still reads as itself.
+            #[test]
+            fn every_truncation_is_refused(rec in record(), more in proptest::collection::vec(any::<u8>(), 0..40)) {
+                prop_assert!(matches!(check_record(&rec, true), RecordCheck::Message(_)));
+                prop_assert!(view_record(&rec).is_some());
+                for cut in 0..rec.len() {
+                    let part = &rec[..cut];
+                    prop_assert!(
+                        matches!(check_record(part, true), RecordCheck::Invalid { size: -1, .. }),
+                        "prefix of {} bytes accepted", cut
+                    );
+                    prop_assert!(view_record(part).is_none());
+                    check_answer(part, true)?;
+                    view_answer(part)?;
+                }
+                let mut longer = rec.clone();
+                longer.extend_from_slice(&more);
+                let RecordCheck::Message(d) = check_record(&longer, true) else {
+                    return Err(TestCaseError::fail("a record followed by more bytes"));
+                };
+                prop_assert_eq!(d.total_size as usize, rec.len());
+                check_answer(&longer, true)?;
+                view_answer(&longer)?;
+            }
+
+            /// A valid record with bytes overwritten anywhere (sizes, lengths, magic, flags),
+            /// then cut anywhere: both readers answer, within the buffer, consistently.
+            #[test]
+            fn mutated_records_answer_within_bounds(
+                rec in record(),
+                writes in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+                cut in any::<prop::sample::Index>(),
+                crc in any::<bool>(),
+            ) {
+                let mut rec = rec;
+                for (at, b) in &writes {
+                    let i = at.index(rec.len());
+                    rec[i] = *b;
+                }
+                let keep = cut.index(rec.len() + 1);
+                check_answer(&rec, crc)?;
+                check_answer(&rec[..keep], crc)?;
+                view_answer(&rec)?;
+                view_answer(&rec[..keep])?;
+            }
+
+            /// Length fields set to extremes, or to what the bytes after them hold give or take a
+            /// few (where an off-by-one would slice past the end), and the IPv6 bits toggled
+            /// (widening the host fields past the record's end).
+            #[test]
+            fn extreme_lengths_answer_within_bounds(
+                rec in record(),
+                field in 0usize..5,
+                extreme in prop_oneof![Just(-1i32), Just(0), Just(1), Just(i32::MAX), Just(i32::MIN), Just(i32::from(i16::MAX)), Just(255)],
+                relative in any::<bool>(),
+                delta in -4i32..=4,
+                v6_bits in prop_oneof![Just(sysflag::BORNHOST_V6), Just(sysflag::STOREHOSTADDRESS_V6), Just(sysflag::BORNHOST_V6 | sysflag::STOREHOSTADDRESS_V6)],
+                keep in 4usize..=128,
+            ) {
+                let mut rec = rec;
+                let n = rec.len();
+                let sys_flag = be_i32(&rec, SYSFLAG_POSITION);
+                let body_len_at = BORN_HOST_POSITION
+                    + if sys_flag & sysflag::BORNHOST_V6 != 0 { 20 } else { 8 }
+                    + 8
+                    + if sys_flag & sysflag::STOREHOSTADDRESS_V6 != 0 { 20 } else { 8 }
+                    + 12;
+                let body_len = be_i32(&rec, body_len_at) as usize;
+                let topic_len_at = body_len_at + 4 + body_len;
+                let v2 = be_i32(&rec, 4) == MESSAGE_MAGIC_CODE_V2;
+                let topic_at = topic_len_at + if v2 { 2 } else { 1 };
+                let topic_len = if v2 { be_i16(&rec, topic_len_at) as usize } else { rec[topic_len_at] as usize };
+                let props_len_at = topic_at + topic_len;
+                // What the bytes after the field hold.
+                let after = [n, n - body_len_at - 4, n - topic_at, n - props_len_at - 2];
+                let value = if relative && field < 4 { after[field] as i32 + delta } else { extreme };
+                match field {
+                    0 => rec[..4].copy_from_slice(&value.to_be_bytes()),
+                    1 => rec[body_len_at..body_len_at + 4].copy_from_slice(&value.to_be_bytes()),
+                    2 if v2 => rec[topic_len_at..topic_len_at + 2].copy_from_slice(&(value as i16).to_be_bytes()),
+                    2 => rec[topic_len_at] = value as u8,
+                    3 => rec[props_len_at..props_len_at + 2].copy_from_slice(&(value as i16).to_be_bytes()),
+                    _ => rec[SYSFLAG_POSITION..SYSFLAG_POSITION + 4].copy_from_slice(&(sys_flag ^ v6_bits).to_be_bytes()),
+                }
+                check_answer(&rec, true)?;
+                view_answer(&rec)?;
+                // The bytes, or a prefix of them, under a TOTALSIZE that is their length (the
+                // view reads only such records).
+                for len in [n, keep.min(n)] {
+                    let mut whole = rec[..len].to_vec();
+                    whole[..4].copy_from_slice(&(len as i32).to_be_bytes());
+                    check_answer(&whole, false)?;
+                    view_answer(&whole)?;
+                }
+            }
+
+            /// Random bytes, with a message magic placed at the front or not.
+            #[test]
+            fn random_bytes_answer_within_bounds(
+                bytes in proptest::collection::vec(any::<u8>(), 0..400),
+                magic in prop_oneof![Just(None), Just(Some(MESSAGE_MAGIC_CODE_V1)), Just(Some(MESSAGE_MAGIC_CODE_V2)), Just(Some(BLANK_MAGIC_CODE))],
+                small_size in any::<bool>(),
+            ) {
+                let mut bytes = bytes;
+                if let (Some(m), true) = (magic, bytes.len() >= 8) {
+                    bytes[4..8].copy_from_slice(&m.to_be_bytes());
+                    if small_size {
+                        // A TOTALSIZE inside the buffer, so the fields are parsed.
+                        let n = (be_i32(&bytes, 0).unsigned_abs() as usize % bytes.len()) as i32;
+                        bytes[..4].copy_from_slice(&n.max(MIN_RECORD_SIZE).to_be_bytes());
+                    }
+                }
+                check_answer(&bytes, true)?;
+                check_answer(&bytes, false)?;
+                view_answer(&bytes)?;
+                if bytes.len() >= 4 {
+                    let n = (be_i32(&bytes, 0).unsigned_abs() as usize).min(bytes.len());
+                    view_answer(&bytes[..n])?;
+                }
+            }
+        }
+    }
 }

@@ -292,4 +292,147 @@ mod tests {
             assert_eq!(v, &format!("v{last}"));
         }
     }
+
+    /// Fuzzing the properties readers: items lie inside the input, and every reader agrees with
+    /// the reference split whatever the bytes.
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn within(outer: &[u8], inner: &[u8]) -> bool {
+            let (o, i) = (outer.as_ptr() as usize, inner.as_ptr() as usize);
+            i >= o && i + inner.len() <= o + outer.len()
+        }
+
+        /// Pieces properties are made of: the names dispatch looks for, separators, ASCII and
+        /// multi-byte UTF-8.
+        fn token() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                Just(b"TAGS".to_vec()),
+                Just(b"KEYS".to_vec()),
+                Just(b"UNIQ_KEY".to_vec()),
+                Just(vec![1u8]),
+                Just(vec![2u8]),
+                Just(b"v".to_vec()),
+                any::<char>().prop_map(|c| c.to_string().into_bytes()),
+            ]
+        }
+
+        /// Properties bytes, possibly not UTF-8.
+        fn props_bytes() -> impl Strategy<Value = Vec<u8>> {
+            proptest::collection::vec(
+                prop_oneof![4 => token(), 1 => any::<u8>().prop_map(|b| vec![b])],
+                0..80,
+            )
+            .prop_map(|t| t.concat())
+        }
+
+        /// Properties text.
+        fn props_text() -> impl Strategy<Value = String> {
+            proptest::collection::vec(token(), 0..80)
+                .prop_map(|t| String::from_utf8(t.concat()).unwrap())
+        }
+
+        /// The last non-empty value of `name` in the reference split.
+        fn last_value(items: &[(Vec<u8>, Vec<u8>)], name: &str) -> Option<Vec<u8>> {
+            items
+                .iter()
+                .rev()
+                .find(|(k, v)| k == name.as_bytes() && !v.is_empty())
+                .map(|(_, v)| v.clone())
+        }
+
+        proptest! {
+            /// Items of any slice of a buffer (any start, any end: the 16-byte path meets
+            /// every alignment and real bytes after the end) lie inside the slice and match
+            /// the reference.
+            #[test]
+            fn items_lie_within_any_slice(
+                props in props_bytes(),
+                a in any::<prop::sample::Index>(),
+                b in any::<prop::sample::Index>(),
+            ) {
+                let (a, b) = (a.index(props.len() + 1), b.index(props.len() + 1));
+                let s = &props[a.min(b)..a.max(b)];
+                let mut got = Vec::new();
+                let mut inside = true;
+                for_each_property(s, |k, v| {
+                    inside &= within(s, k) && within(s, v);
+                    got.push((k.to_vec(), v.to_vec()));
+                });
+                prop_assert!(inside);
+                for (k, v) in &got {
+                    prop_assert!(!k.contains(&1) && !k.contains(&2) && !v.contains(&2));
+                }
+                prop_assert_eq!(got, split_properties(s));
+            }
+
+            /// The dispatch scan on any bytes: each name's last non-empty value, if UTF-8,
+            /// borrowed from the input.
+            #[test]
+            fn dispatch_scan_matches_the_reference(props in props_bytes()) {
+                let items = split_properties(&props);
+                let d = DispatchProps::scan(&props);
+                for (got, name) in [(d.tags, "TAGS"), (d.keys, "KEYS"), (d.uniq_key, "UNIQ_KEY")] {
+                    let want = last_value(&items, name).and_then(|v| String::from_utf8(v).ok());
+                    prop_assert_eq!(got.map(str::to_owned), want);
+                    if let Some(g) = got {
+                        prop_assert!(within(&props, g.as_bytes()));
+                    }
+                }
+            }
+
+            /// Lookups and parsing of any text agree with the reference (last value wins).
+            #[test]
+            fn lookups_match_the_reference(text in props_text()) {
+                let items = split_properties(text.as_bytes());
+                for name in ["TAGS", "KEYS", "UNIQ_KEY", "v", ""] {
+                    let want = last_value(&items, name).map(|v| String::from_utf8(v).unwrap());
+                    let got = find_property(&text, name);
+                    prop_assert_eq!(got.map(str::to_owned), want);
+                    if let Some(g) = got {
+                        prop_assert!(within(text.as_bytes(), g.as_bytes()));
+                    }
+                }
+                let mut want: Vec<(String, String)> = items
+                    .into_iter()
+                    .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+                    .map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap()))
+                    .collect();
+                keep_last_of_each(&mut want, |p| p.0.clone());
+                prop_assert_eq!(parse_properties(&text), want);
+            }
+
+            /// Rendered properties parse back to the pairs, a repeated name to its last value.
+            #[test]
+            fn rendered_properties_parse_back(
+                pairs in proptest::collection::vec(("[A-Z_]{1,3}", "[^\u{1}\u{2}]{1,16}"), 0..24),
+            ) {
+                let text = render_properties(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))).unwrap();
+                prop_assert_eq!(&encode_properties(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))), &text);
+                let mut want = pairs.clone();
+                keep_last_of_each(&mut want, |p| p.0.clone());
+                for (k, v) in &want {
+                    prop_assert_eq!(find_property(&text, k), Some(v.as_str()));
+                }
+                prop_assert_eq!(parse_properties(&text), want);
+            }
+
+            /// Both paths of `keep_last_of_each` (pairwise up to 16 items, a hash set above)
+            /// keep exactly the last item of each name, in order.
+            #[test]
+            fn keep_last_matches_the_reference(names in proptest::collection::vec(0u8..24, 0..48)) {
+                let items: Vec<(u8, usize)> = names.iter().copied().zip(0..).collect();
+                let want: Vec<(u8, usize)> = items
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, p)| !items[i + 1..].iter().any(|q| q.0 == p.0))
+                    .map(|(_, p)| *p)
+                    .collect();
+                let mut got = items.clone();
+                keep_last_of_each(&mut got, |p| p.0);
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
 }
