@@ -311,8 +311,8 @@ impl MessageExt {
         &self.raw[a as usize..b as usize]
     }
 
-    /// The body: decompressed when [`MessageExt::decompress`] was called on a compressed
-    /// record, else as stored.
+    /// The body: decompressed when the read asked for it (`MessageExt::decompress`) on a
+    /// compressed record, else as stored.
     pub fn body(&self) -> &[u8] {
         match &self.decompressed {
             Some(b) => b,
