@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::error::{Result, StoreError};
-use crate::format::message::HostAddr;
+use crate::format::HostAddr;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlushDiskType {

@@ -20,5 +20,5 @@ pub mod util;
 pub use commitlog::{AppendResult, Batch, RecoveryReport, RecoveryStart};
 pub use config::{FlushDiskType, StoreConfig};
 pub use error::{Result, StoreError};
-pub use format::message::{HostAddr, Message, MessageExt, PutMessageStatus};
+pub use format::{HostAddr, Message, MessageExt, PutMessageStatus};
 pub use store::MessageStore;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmqstore_core::commitlog::Batch;
-use rmqstore_core::format::message::{
+use rmqstore_core::format::{
     check_record, property, RecordCheck, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH,
 };
 use rmqstore_core::util::now_millis;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmqstore_core::format::message::{property, sysflag};
+use rmqstore_core::format::{property, sysflag};
 use rmqstore_core::read::{GetMessageStatus, TagFilter};
 use rmqstore_core::util::now_millis;
 use rmqstore_core::{FlushDiskType, Message, MessageStore, StoreConfig};

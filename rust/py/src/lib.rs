@@ -23,17 +23,14 @@ mod _rmqstore {
         // Rust `log` records go to Python's `logging` (loggers named "rmqstore.*").
         let _ = pyo3_log::try_init();
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-        m.add(
-            "BLANK_MAGIC_CODE",
-            rmqstore_core::format::message::BLANK_MAGIC_CODE,
-        )?;
+        m.add("BLANK_MAGIC_CODE", rmqstore_core::format::BLANK_MAGIC_CODE)?;
         m.add(
             "MESSAGE_MAGIC_CODE",
-            rmqstore_core::format::message::MESSAGE_MAGIC_CODE_V1,
+            rmqstore_core::format::MESSAGE_MAGIC_CODE_V1,
         )?;
         m.add(
             "MESSAGE_MAGIC_CODE_V2",
-            rmqstore_core::format::message::MESSAGE_MAGIC_CODE_V2,
+            rmqstore_core::format::MESSAGE_MAGIC_CODE_V2,
         )?;
         Ok(())
     }

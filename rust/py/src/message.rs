@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
-use rmqstore_core::format::message::{self as codec, property, HostAddr, PutMessageStatus};
+use rmqstore_core::format::{self as codec, property, HostAddr, PutMessageStatus};
 use rmqstore_core::read::{GetMessageResult as CoreGetMessageResult, GetMessageStatus};
 use rmqstore_core::util::now_millis;
 use rmqstore_core::{AppendResult, MessageExt as CoreMessageExt};

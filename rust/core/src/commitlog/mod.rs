@@ -12,13 +12,12 @@ use crate::file::allocate::Allocator;
 use crate::file::mapped_file::MappedFile;
 use crate::file::mapped_file_queue::MappedFileQueue;
 use crate::file::transient_pool::TransientStorePool;
-use crate::format::message::{
+use crate::format::{
     body_crc_matches, check_envelope, check_record, render_properties, sysflag, tags_code,
-    view_record, write_blank, DecodedRecord, DispatchProps, HostAddr, Message, MessageExt,
+    view_record, write_blank, CqUnit, DecodedRecord, DispatchProps, HostAddr, Message, MessageExt,
     MessageLimits, PreparedBody, PutMessageStatus, RecordCheck, RecordEnvelope, RecordTemplate,
-    END_FILE_MIN_BLANK_LENGTH,
+    END_FILE_MIN_BLANK_LENGTH, MAX_QUEUE_OFFSET,
 };
-use crate::queue::consume_queue::{CqUnit, MAX_QUEUE_OFFSET};
 use crate::util::now_millis;
 
 /// The outcome of a put: RocketMQ's `PutMessageResult` + `AppendMessageResult`.
@@ -184,7 +183,7 @@ pub fn disk_usage(dir: &Path) -> Result<f64> {
 /// a record failing this is damaged.
 pub fn queue_fields_are_legal(topic: &[u8], queue_id: i32, queue_offset: i64) -> bool {
     queue_position_is_legal(queue_id, queue_offset)
-        && std::str::from_utf8(topic).is_ok_and(crate::format::message::topic_is_legal)
+        && std::str::from_utf8(topic).is_ok_and(crate::format::topic_is_legal)
 }
 
 /// The queue part of [`queue_fields_are_legal`] (for callers that check the topic once for a
@@ -671,7 +670,7 @@ impl CommitLog {
         match template.prepare(&msg.body, &self.limits) {
             Ok(body) => {
                 let r = self.append(&template, std::slice::from_ref(&body));
-                self.handle_disk_flush(r, msg.property(crate::format::message::property::WAIT))
+                self.handle_disk_flush(r, msg.property(crate::format::property::WAIT))
             }
             Err(s) => AppendResult::failed(s),
         }
@@ -726,7 +725,7 @@ impl CommitLog {
         let wait = batch
             .properties
             .iter()
-            .find(|(k, _)| k == crate::format::message::property::WAIT)
+            .find(|(k, _)| k == crate::format::property::WAIT)
             .map(|(_, v)| v.as_str());
         self.handle_disk_flush(r, wait)
     }
@@ -1450,12 +1449,11 @@ impl CommitLog {
         else {
             return -1;
         };
-        if head.len() < crate::format::message::SYSFLAG_POSITION + 4 {
+        if head.len() < crate::format::SYSFLAG_POSITION + 4 {
             return -1;
         }
-        let sys_flag =
-            crate::format::message::be_i32(head, crate::format::message::SYSFLAG_POSITION);
-        let at = crate::format::message::BORN_HOST_POSITION
+        let sys_flag = crate::format::be_i32(head, crate::format::SYSFLAG_POSITION);
+        let at = crate::format::BORN_HOST_POSITION
             + if sys_flag & sysflag::BORNHOST_V6 != 0 {
                 20
             } else {
@@ -1464,6 +1462,6 @@ impl CommitLog {
         if head.len() < at + 8 {
             return -1;
         }
-        crate::format::message::be_i64(head, at)
+        crate::format::be_i64(head, at)
     }
 }

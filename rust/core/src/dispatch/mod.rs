@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::commitlog::{queue_fields_are_legal, queue_position_is_legal, CommitLog};
 use crate::error::{Result, StoreError};
 use crate::file::mapped_file::MappedFile;
-use crate::format::message::{
+use crate::format::{
     be_i32, check_record, sysflag, tags_code, topic_is_legal, view_record, DispatchProps,
     RecordCheck, RecordView,
 };

@@ -2,7 +2,8 @@
 //! (§5.2).
 //!
 //! `checkpoint` is 4 KiB; the first 40 bytes are five big-endian longs: physicMsgTimestamp,
-//! logicsMsgTimestamp, indexMsgTimestamp, masterFlushedOffset and confirmPhyOffset.
+//! logicsMsgTimestamp, indexMsgTimestamp, masterFlushedOffset and confirmPhyOffset (the layout
+//! is `crate::format::checkpoint`'s; this file opens, reads and writes it).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -12,12 +13,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Result, StoreError};
-
-/// Size of the checkpoint file (`OS_PAGE_SIZE`).
-pub const CHECKPOINT_FILE_SIZE: u64 = 4096;
+use crate::format::{CheckpointFields, CHECKPOINT_FIELDS_LEN, CHECKPOINT_FILE_SIZE};
 
 #[derive(Debug)]
-pub struct StoreCheckpoint {
+pub(crate) struct StoreCheckpoint {
     path: PathBuf,
     file: File,
     pub physic_msg_timestamp: AtomicI64,
@@ -27,13 +26,13 @@ pub struct StoreCheckpoint {
     pub confirm_phy_offset: AtomicI64,
     /// The 40 bytes the file is known to hold on disk (read at open, or last written and
     /// forced); None for a file just created. A flush with nothing new writes nothing.
-    on_disk: Mutex<Option<[u8; 40]>>,
+    on_disk: Mutex<Option<[u8; CHECKPOINT_FIELDS_LEN]>>,
 }
 
 impl StoreCheckpoint {
     /// Checks `path` before anything is written: absent, or a regular file (not a link or a
     /// folder) of RocketMQ's size.
-    pub fn check(path: &Path) -> Result<()> {
+    pub(crate) fn check(path: &Path) -> Result<()> {
         if crate::util::check_regular_or_absent(path, "checkpoint file")? {
             let len = std::fs::symlink_metadata(path)
                 .map_err(|e| StoreError::io("cannot stat", path, e))?
@@ -57,7 +56,7 @@ impl StoreCheckpoint {
     /// Opens (creating if missing) `path`. A file of another size than RocketMQ's 4 KiB is
     /// refused, naming it. (RocketMQ 4.x writes only the first three longs; the other two then
     /// read as 0.)
-    pub fn open(path: &Path) -> Result<StoreCheckpoint> {
+    pub(crate) fn open(path: &Path) -> Result<StoreCheckpoint> {
         let file = crate::util::open_store_file(
             path,
             OpenOptions::new()
@@ -72,23 +71,19 @@ impl StoreCheckpoint {
             .map_err(|e| StoreError::io("cannot stat", path, e))?
             .len();
         Self::check_len(path, len)?;
-        let mut buf = [0u8; 40];
+        let mut buf = [0u8; CHECKPOINT_FIELDS_LEN];
         if len != 0 {
             file.read_exact_at(&mut buf, 0)
                 .map_err(|e| StoreError::io("cannot read checkpoint", path, e))?;
         }
-        let field = |i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&buf[i * 8..i * 8 + 8]);
-            AtomicI64::new(i64::from_be_bytes(b))
-        };
+        let fields = CheckpointFields::decode(&buf);
         let cp = StoreCheckpoint {
             path: path.to_path_buf(),
-            physic_msg_timestamp: field(0),
-            logics_msg_timestamp: field(1),
-            index_msg_timestamp: field(2),
-            master_flushed_offset: field(3),
-            confirm_phy_offset: field(4),
+            physic_msg_timestamp: AtomicI64::new(fields.physic_msg_timestamp),
+            logics_msg_timestamp: AtomicI64::new(fields.logics_msg_timestamp),
+            index_msg_timestamp: AtomicI64::new(fields.index_msg_timestamp),
+            master_flushed_offset: AtomicI64::new(fields.master_flushed_offset),
+            confirm_phy_offset: AtomicI64::new(fields.confirm_phy_offset),
             file,
             on_disk: Mutex::new((len != 0).then_some(buf)),
         };
@@ -101,34 +96,29 @@ impl StoreCheckpoint {
     }
 
     /// `getMinTimestamp`: `max(0, min(physic, logics) - 3000)`.
-    pub fn min_timestamp(&self) -> i64 {
+    pub(crate) fn min_timestamp(&self) -> i64 {
         let physic = self.physic_msg_timestamp.load(Ordering::Acquire);
         let logics = self.logics_msg_timestamp.load(Ordering::Acquire);
         (physic.min(logics) - 3000).max(0)
     }
 
     /// `getMinTimestampIndex`: `min(min_timestamp, indexMsgTimestamp)`.
-    pub fn min_timestamp_index(&self) -> i64 {
+    pub(crate) fn min_timestamp_index(&self) -> i64 {
         self.min_timestamp()
             .min(self.index_msg_timestamp.load(Ordering::Acquire))
     }
 
     /// Writes the five fields and forces the file, unless the file already holds them (an idle
     /// store does not rewrite and force its checkpoint every round).
-    pub fn flush(&self) -> Result<()> {
-        let mut buf = [0u8; 40];
-        for (i, v) in [
-            &self.physic_msg_timestamp,
-            &self.logics_msg_timestamp,
-            &self.index_msg_timestamp,
-            &self.master_flushed_offset,
-            &self.confirm_phy_offset,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            buf[i * 8..i * 8 + 8].copy_from_slice(&v.load(Ordering::Acquire).to_be_bytes());
+    pub(crate) fn flush(&self) -> Result<()> {
+        let buf = CheckpointFields {
+            physic_msg_timestamp: self.physic_msg_timestamp.load(Ordering::Acquire),
+            logics_msg_timestamp: self.logics_msg_timestamp.load(Ordering::Acquire),
+            index_msg_timestamp: self.index_msg_timestamp.load(Ordering::Acquire),
+            master_flushed_offset: self.master_flushed_offset.load(Ordering::Acquire),
+            confirm_phy_offset: self.confirm_phy_offset.load(Ordering::Acquire),
         }
+        .encode();
         let mut on_disk = self.on_disk.lock().unwrap_or_else(|e| e.into_inner());
         if *on_disk == Some(buf) {
             return Ok(());
@@ -146,12 +136,12 @@ impl StoreCheckpoint {
 
 /// The `abort` marker: present while a store is open; left behind by a crash.
 #[derive(Debug)]
-pub struct AbortFile {
+pub(crate) struct AbortFile {
     path: PathBuf,
 }
 
 impl AbortFile {
-    pub fn new(root: &Path) -> AbortFile {
+    pub(crate) fn new(root: &Path) -> AbortFile {
         AbortFile {
             path: root.join("abort"),
         }
@@ -159,18 +149,18 @@ impl AbortFile {
 
     /// Checks the marker before anything is written: absent, or a regular file (not a link,
     /// which creating it would write through, nor a folder, which could not be replaced).
-    pub fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         crate::util::check_regular_or_absent(&self.path, "abort file").map(|_| ())
     }
 
     /// `lastExitOK`: no abort file (a link there counts as present; [`AbortFile::check`]
     /// refuses it).
-    pub fn last_exit_ok(&self) -> bool {
+    pub(crate) fn last_exit_ok(&self) -> bool {
         std::fs::symlink_metadata(&self.path).is_err()
     }
 
     /// Creates it with the process id as decimal text (after a successful start).
-    pub fn create(&self) -> Result<()> {
+    pub(crate) fn create(&self) -> Result<()> {
         let mut f = crate::util::open_store_file(
             &self.path,
             OpenOptions::new().write(true).create(true).truncate(true),
@@ -182,7 +172,7 @@ impl AbortFile {
     }
 
     /// Removes it (a clean shutdown).
-    pub fn remove(&self) -> Result<()> {
+    pub(crate) fn remove(&self) -> Result<()> {
         match std::fs::remove_file(&self.path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

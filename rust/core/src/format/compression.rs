@@ -11,7 +11,7 @@
 
 use std::io::Read;
 
-use crate::format::message::sysflag;
+use crate::format::sysflag;
 
 /// Mask of the compression type bits of SYSFLAG (`COMPRESSION_TYPE_COMPARATOR`).
 pub const COMPRESSION_TYPE_MASK: i32 = 0x700;

@@ -33,7 +33,7 @@ use std::time::Duration;
 use memmap2::MmapRaw;
 
 use crate::error::{Result, StoreError};
-use crate::format::message::sysflag;
+use crate::format::sysflag;
 use crate::util::{java_hash, now_millis};
 
 /// `IndexHeader.INDEX_HEADER_SIZE`.
@@ -149,13 +149,13 @@ fn push_key_hashes(out: &mut Vec<i32>, topic_prefix_hash: i32, keys: &[u8]) {
     if !keys.is_ascii() {
         let text = std::str::from_utf8(keys).unwrap_or("");
         out.extend(
-            text.split(crate::format::message::property::KEY_SEPARATOR)
+            text.split(crate::format::property::KEY_SEPARATOR)
                 .filter(|k| !k.is_empty())
                 .map(|k| topic_key_hash(topic_prefix_hash, k)),
         );
         return;
     }
-    let sep = crate::format::message::property::KEY_SEPARATOR as u8;
+    let sep = crate::format::property::KEY_SEPARATOR as u8;
     let mut from = 0;
     while from < keys.len() {
         let end = keys[from..]

@@ -1,57 +1,18 @@
 //! Consume queues: per topic/queue logical indexes into the commitlog (RocketMQ's
 //! `ConsumeQueue`, STORE_SPEC §3), in `consumequeue/<topic>/<queueId>/<20-digit>` segments of
-//! 20-byte units: commitlog offset (i64), record size (i32), tags code (i64), big-endian.
+//! 20-byte units: commitlog offset (i64), record size (i32), tags code (i64), big-endian (the
+//! unit layout is `crate::format`'s [`CqUnit`]).
 //!
 //! Written only by dispatch (one writer); read by any thread.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Result, StoreError};
 use crate::file::mapped_file::MappedFile;
 use crate::file::mapped_file_queue::MappedFileQueue;
-use crate::format::message::{be_i32, be_i64};
-
-/// `CQ_STORE_UNIT_SIZE`.
-pub const CQ_STORE_UNIT_SIZE: i64 = 20;
-
-/// The largest queue offset a message can have: the consume queue segment holding its unit
-/// (segments are at most `i32::MAX` bytes) must end at a byte position an `i64` holds. About
-/// 4.6e17 messages a queue.
-pub const MAX_QUEUE_OFFSET: i64 = (i64::MAX - 2 * i32::MAX as i64) / CQ_STORE_UNIT_SIZE;
-
-/// One consume queue entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CqUnit {
-    /// Queue offset (index of the unit).
-    pub queue_offset: i64,
-    pub phy_offset: i64,
-    pub size: i32,
-    pub tags_code: i64,
-}
-
-impl CqUnit {
-    fn decode(queue_offset: i64, b: &[u8]) -> CqUnit {
-        CqUnit {
-            queue_offset,
-            phy_offset: be_i64(b, 0),
-            size: be_i32(b, 8),
-            tags_code: be_i64(b, 12),
-        }
-    }
-
-    /// A pre-blank unit `(0, i32::MAX, 0)`, padding a queue that starts above offset 0.
-    pub fn is_pre_blank(&self) -> bool {
-        self.phy_offset == 0 && self.size == i32::MAX && self.tags_code == 0
-    }
-}
-
-fn encode_unit(dst: &mut [u8], phy_offset: i64, size: i32, tags_code: i64) {
-    dst[0..8].copy_from_slice(&phy_offset.to_be_bytes());
-    dst[8..12].copy_from_slice(&size.to_be_bytes());
-    dst[12..20].copy_from_slice(&tags_code.to_be_bytes());
-}
+use crate::format::{encode_unit, whole_units_end, CqUnit, CQ_STORE_UNIT_SIZE};
 
 pub struct ConsumeQueue {
     topic: String,
@@ -83,7 +44,12 @@ impl std::fmt::Debug for ConsumeQueue {
 impl ConsumeQueue {
     /// Loads (or starts) the queue in `dir` with segments of `file_size` bytes (a multiple of
     /// 20). Positions are those of the files; call [`ConsumeQueue::recover`] before use.
-    pub fn load(topic: &str, queue_id: i32, dir: &Path, file_size: i64) -> Result<ConsumeQueue> {
+    pub(crate) fn load(
+        topic: &str,
+        queue_id: i32,
+        dir: &Path,
+        file_size: i64,
+    ) -> Result<ConsumeQueue> {
         let queue = MappedFileQueue::load(dir, file_size)?;
         Ok(Self::over(topic, queue_id, queue, -1))
     }
@@ -101,7 +67,7 @@ impl ConsumeQueue {
 
     /// Opens a queue another process writes, for reading only (nothing is created or changed).
     /// Nothing is readable until [`ConsumeQueue::refresh_read_only`].
-    pub fn load_read_only(
+    pub(crate) fn load_read_only(
         topic: &str,
         queue_id: i32,
         dir: &Path,
@@ -117,7 +83,7 @@ impl ConsumeQueue {
     /// being written may be torn). Looks for new segments once the known ones are read to
     /// their end, and moves the minimum past records the commitlog no longer holds
     /// (`min_commit_log_offset`).
-    pub fn refresh_read_only(
+    pub(crate) fn refresh_read_only(
         &self,
         min_commit_log_offset: i64,
         verify: impl Fn(&CqUnit) -> bool,
@@ -163,15 +129,7 @@ impl ConsumeQueue {
             let Some(data) = f.read_unchecked(0, size) else {
                 break;
             };
-            let mut pos = (end - from) as usize;
-            while pos + 20 <= data.len() {
-                let u = CqUnit::decode(0, &data[pos..pos + 20]);
-                if u.phy_offset >= 0 && u.size > 0 {
-                    pos += 20;
-                } else {
-                    break;
-                }
-            }
+            let pos = whole_units_end(data, (end - from) as usize);
             end = from + pos as i64;
             found.push((f.clone(), pos as i64));
             if (pos as i64) < size {
@@ -249,20 +207,16 @@ impl ConsumeQueue {
 
     /// Removes an empty last segment the load set aside (see
     /// [`MappedFileQueue::remove_empty_leftover`]).
-    pub fn remove_empty_leftover(&self) -> Result<bool> {
+    pub(crate) fn remove_empty_leftover(&self) -> Result<bool> {
         self.queue.remove_empty_leftover()
     }
 
-    pub fn topic(&self) -> &str {
+    pub(crate) fn topic(&self) -> &str {
         &self.topic
     }
 
-    pub fn queue_id(&self) -> i32 {
+    pub(crate) fn queue_id(&self) -> i32 {
         self.queue_id
-    }
-
-    pub fn dir(&self) -> &Path {
-        self.queue.dir()
     }
 
     fn units_per_file(&self) -> i64 {
@@ -270,7 +224,7 @@ impl ConsumeQueue {
     }
 
     /// `getMaxOffsetInQueue`: the next queue offset to be written.
-    pub fn max_offset(&self) -> i64 {
+    pub(crate) fn max_offset(&self) -> i64 {
         match self.read_only_end.load(Ordering::Acquire) {
             -1 => self.queue.max_offset() / CQ_STORE_UNIT_SIZE,
             end => end / CQ_STORE_UNIT_SIZE,
@@ -278,17 +232,17 @@ impl ConsumeQueue {
     }
 
     /// `getMinOffsetInQueue`.
-    pub fn min_offset(&self) -> i64 {
+    pub(crate) fn min_offset(&self) -> i64 {
         self.min_logic_offset.load(Ordering::Acquire) / CQ_STORE_UNIT_SIZE
     }
 
     /// End of the last commitlog record indexed, -1 when empty.
-    pub fn max_physic_offset(&self) -> i64 {
+    pub(crate) fn max_physic_offset(&self) -> i64 {
         self.max_physic_offset.load(Ordering::Acquire)
     }
 
     /// `rollNextFile`: the first queue offset of the segment after the one holding `index`.
-    pub fn roll_next_file(&self, index: i64) -> i64 {
+    pub(crate) fn roll_next_file(&self, index: i64) -> i64 {
         let per = self.units_per_file();
         index + per - index.rem_euclid(per)
     }
@@ -312,14 +266,21 @@ impl ConsumeQueue {
 
     /// `putMessagePositionInfo`: appends the unit for queue offset `cq_offset`. Idempotent: a
     /// record already indexed (or a queue offset already written) is skipped. Returns whether a
-    /// unit was written.
-    pub fn put(&self, phy_offset: i64, size: i32, tags_code: i64, cq_offset: i64) -> Result<bool> {
+    /// unit was written. (Dispatch calls [`ConsumeQueue::put_cached`].)
+    #[cfg(test)]
+    pub(crate) fn put(
+        &self,
+        phy_offset: i64,
+        size: i32,
+        tags_code: i64,
+        cq_offset: i64,
+    ) -> Result<bool> {
         self.put_cached(&mut None, phy_offset, size, tags_code, cq_offset)
     }
 
     /// [`ConsumeQueue::put`] keeping the segment being written in `tail` between calls (the
     /// caller is the only writer of this queue while it holds `tail`).
-    pub fn put_cached(
+    pub(crate) fn put_cached(
         &self,
         tail: &mut Option<Arc<MappedFile>>,
         phy_offset: i64,
@@ -402,7 +363,7 @@ impl ConsumeQueue {
     }
 
     /// The unit at queue offset `index`, if it is in `[min, max)`.
-    pub fn get(&self, index: i64) -> Option<CqUnit> {
+    pub(crate) fn get(&self, index: i64) -> Option<CqUnit> {
         let logic = index.checked_mul(CQ_STORE_UNIT_SIZE)?;
         if index < 0 || logic < self.min_logic_offset.load(Ordering::Acquire) {
             return None;
@@ -414,7 +375,7 @@ impl ConsumeQueue {
 
     /// `iterateFrom`: units from `index` to the end of the readable region of the segment that
     /// holds it, at most `max` of them. `None` when `index` is below the minimum or past the end.
-    pub fn units_from(&self, index: i64, max: usize) -> Option<Vec<CqUnit>> {
+    pub(crate) fn units_from(&self, index: i64, max: usize) -> Option<Vec<CqUnit>> {
         let logic = index.checked_mul(CQ_STORE_UNIT_SIZE)?;
         if index < 0 || logic < self.min_logic_offset.load(Ordering::Acquire) {
             return None;
@@ -431,7 +392,7 @@ impl ConsumeQueue {
 
     /// Calls `f` for units `[from, to)` across segments; stops early when `f` returns false.
     /// Units are decoded in place from each segment's mapping, one at a time.
-    pub fn scan(&self, from: i64, to: i64, mut f: impl FnMut(CqUnit) -> bool) {
+    pub(crate) fn scan(&self, from: i64, to: i64, mut f: impl FnMut(CqUnit) -> bool) {
         let mut index = from.max(self.min_offset());
         let to = to.min(self.max_offset());
         while index < to {
@@ -463,7 +424,7 @@ impl ConsumeQueue {
 
     /// `correctMinOffset`: moves the minimum to the first unit whose record is at or after the
     /// commitlog's minimum offset.
-    pub fn correct_min_offset(&self, min_commit_log_offset: i64) {
+    pub(crate) fn correct_min_offset(&self, min_commit_log_offset: i64) {
         let min = self.min_offset();
         let max = self.max_offset();
         if min >= max {
@@ -492,7 +453,7 @@ impl ConsumeQueue {
 
     /// `recover`: from the third-from-last segment, finds the end of the valid units
     /// (`offset >= 0 && size > 0`) and truncates there.
-    pub fn recover(&self) -> Result<()> {
+    pub(crate) fn recover(&self) -> Result<()> {
         let files = self.queue.files();
         if files.is_empty() {
             return Ok(());
@@ -531,7 +492,7 @@ impl ConsumeQueue {
 
     /// `truncateDirtyLogicFiles`: drops every unit whose record starts at or after
     /// `phy_offset` (the commitlog was truncated there).
-    pub fn truncate_dirty(&self, phy_offset: i64) -> Result<()> {
+    pub(crate) fn truncate_dirty(&self, phy_offset: i64) -> Result<()> {
         let files = self.queue.files();
         let mut cut = None;
         'files: for f in files.iter().rev() {
@@ -573,12 +534,13 @@ impl ConsumeQueue {
     }
 
     /// Forces written units to disk; true iff nothing moved.
-    pub fn flush(&self, least_pages: i64) -> Result<bool> {
+    pub(crate) fn flush(&self, least_pages: i64) -> Result<bool> {
         self.queue.flush(least_pages)
     }
 
     /// Segment files, oldest first.
-    pub fn segment_paths(&self) -> Vec<PathBuf> {
+    #[cfg(test)]
+    pub(crate) fn segment_paths(&self) -> Vec<std::path::PathBuf> {
         self.queue
             .files()
             .iter()
@@ -589,6 +551,8 @@ impl ConsumeQueue {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     fn tmp(name: &str) -> PathBuf {

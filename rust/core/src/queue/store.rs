@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use crate::error::{Result, StoreError};
-use crate::format::message::topic_is_legal;
-use crate::queue::consume_queue::{ConsumeQueue, CQ_STORE_UNIT_SIZE};
+use crate::format::{topic_is_legal, CQ_STORE_UNIT_SIZE};
+use crate::queue::consume_queue::ConsumeQueue;
 
 pub struct ConsumeQueueStore {
     dir: PathBuf,
@@ -80,7 +80,7 @@ fn list_queues(dir: &Path) -> Result<Vec<(String, i32, PathBuf)>> {
 impl ConsumeQueueStore {
     /// Loads every queue under `dir` (created if missing). Folder names must be legal topics and
     /// queue ids; anything else is an error naming it, found before anything changes.
-    pub fn load(dir: &Path, units_per_file: i64) -> Result<ConsumeQueueStore> {
+    pub(crate) fn load(dir: &Path, units_per_file: i64) -> Result<ConsumeQueueStore> {
         let file_size = units_per_file * CQ_STORE_UNIT_SIZE;
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("cannot create", dir, e))?;
         let mut queues: HashMap<String, BTreeMap<i32, Arc<ConsumeQueue>>> = HashMap::new();
@@ -98,7 +98,7 @@ impl ConsumeQueueStore {
 
     /// Opens the queues another process writes, for reading only: nothing is created or
     /// changed, and queues that appear later are found by [`ConsumeQueueStore::discover`].
-    pub fn load_read_only(dir: &Path, units_per_file: i64) -> Result<ConsumeQueueStore> {
+    pub(crate) fn load_read_only(dir: &Path, units_per_file: i64) -> Result<ConsumeQueueStore> {
         let store = ConsumeQueueStore {
             dir: dir.to_path_buf(),
             file_size: units_per_file * CQ_STORE_UNIT_SIZE,
@@ -110,7 +110,7 @@ impl ConsumeQueueStore {
     }
 
     /// Read-only stores: adds the queues whose folders appeared since the last look.
-    pub fn discover(&self) -> Result<()> {
+    pub(crate) fn discover(&self) -> Result<()> {
         if !self.read_only || !self.dir.exists() {
             return Ok(());
         }
@@ -126,21 +126,13 @@ impl ConsumeQueueStore {
         Ok(())
     }
 
-    pub fn is_read_only(&self) -> bool {
-        self.read_only
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     fn read(
         &self,
     ) -> std::sync::RwLockReadGuard<'_, HashMap<String, BTreeMap<i32, Arc<ConsumeQueue>>>> {
         self.queues.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn find(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
+    pub(crate) fn find(&self, topic: &str, queue_id: i32) -> Option<Arc<ConsumeQueue>> {
         self.read()
             .get(topic)
             .and_then(|q| q.get(&queue_id))
@@ -150,7 +142,7 @@ impl ConsumeQueueStore {
     /// `findOrCreateConsumeQueue` (the folder appears with the first unit). The topic and queue
     /// id become a path, so they must be what a put accepts (a legal topic, a queue id >= 0):
     /// anything else is refused, and never reaches the file system.
-    pub fn find_or_create(&self, topic: &str, queue_id: i32) -> Result<Arc<ConsumeQueue>> {
+    pub(crate) fn find_or_create(&self, topic: &str, queue_id: i32) -> Result<Arc<ConsumeQueue>> {
         if let Some(cq) = self.find(topic, queue_id) {
             return Ok(cq);
         }
@@ -176,7 +168,7 @@ impl ConsumeQueueStore {
     }
 
     /// Every queue, by topic then queue id.
-    pub fn all(&self) -> Vec<Arc<ConsumeQueue>> {
+    pub(crate) fn all(&self) -> Vec<Arc<ConsumeQueue>> {
         let all = self.read();
         let mut topics: Vec<&String> = all.keys().collect();
         topics.sort();
@@ -186,13 +178,13 @@ impl ConsumeQueueStore {
             .collect()
     }
 
-    pub fn topics(&self) -> Vec<String> {
+    pub(crate) fn topics(&self) -> Vec<String> {
         let mut t: Vec<String> = self.read().keys().cloned().collect();
         t.sort();
         t
     }
 
-    pub fn queue_ids(&self, topic: &str) -> Vec<i32> {
+    pub(crate) fn queue_ids(&self, topic: &str) -> Vec<i32> {
         self.read()
             .get(topic)
             .map(|q| q.keys().copied().collect())
@@ -200,7 +192,7 @@ impl ConsumeQueueStore {
     }
 
     /// Removes the empty last segments the queues' loads set aside; returns how many.
-    pub fn remove_empty_leftovers(&self) -> Result<usize> {
+    pub(crate) fn remove_empty_leftovers(&self) -> Result<usize> {
         let mut n = 0;
         for cq in self.all() {
             n += usize::from(cq.remove_empty_leftover()?);
@@ -209,7 +201,7 @@ impl ConsumeQueueStore {
     }
 
     /// Recovers every queue (§3.7).
-    pub fn recover(&self) -> Result<()> {
+    pub(crate) fn recover(&self) -> Result<()> {
         for cq in self.all() {
             cq.recover()?;
         }
@@ -217,7 +209,7 @@ impl ConsumeQueueStore {
     }
 
     /// The largest indexed record end over all queues (`dispatchFromPhyOffset`), -1 if none.
-    pub fn max_physic_offset(&self) -> i64 {
+    pub(crate) fn max_physic_offset(&self) -> i64 {
         self.all()
             .iter()
             .map(|cq| cq.max_physic_offset())
@@ -226,7 +218,7 @@ impl ConsumeQueueStore {
     }
 
     /// Drops units whose records start at or after `phy_offset` in every queue.
-    pub fn truncate_dirty(&self, phy_offset: i64) -> Result<()> {
+    pub(crate) fn truncate_dirty(&self, phy_offset: i64) -> Result<()> {
         for cq in self.all() {
             if cq.max_physic_offset() > phy_offset {
                 cq.truncate_dirty(phy_offset)?;
@@ -236,14 +228,14 @@ impl ConsumeQueueStore {
     }
 
     /// `correctMinOffset` on every queue.
-    pub fn correct_min_offsets(&self, min_commit_log_offset: i64) {
+    pub(crate) fn correct_min_offsets(&self, min_commit_log_offset: i64) {
         for cq in self.all() {
             cq.correct_min_offset(min_commit_log_offset);
         }
     }
 
     /// Flushes every queue; true iff nothing moved anywhere.
-    pub fn flush(&self, least_pages: i64) -> Result<bool> {
+    pub(crate) fn flush(&self, least_pages: i64) -> Result<bool> {
         let mut unchanged = true;
         for cq in self.all() {
             unchanged &= cq.flush(least_pages)?;
@@ -252,7 +244,7 @@ impl ConsumeQueueStore {
     }
 
     /// topic -> queue id -> next queue offset, from the queues (`recoverTopicQueueTable`).
-    pub fn offset_table(&self) -> HashMap<String, HashMap<i32, i64>> {
+    pub(crate) fn offset_table(&self) -> HashMap<String, HashMap<i32, i64>> {
         let all = self.read();
         all.iter()
             .map(|(t, qs)| {

@@ -7,12 +7,11 @@ use crate::commitlog::CommitLog;
 use crate::config::StoreConfig;
 use crate::error::{Result, StoreError};
 use crate::format::compression::{decompress_into, DecompressError};
-use crate::format::message::{
+use crate::format::{
     body_crc_matches, for_each_property, keep_last_of_each, sysflag, view_record, MessageExt,
-    RecordView,
+    RecordView, CQ_STORE_UNIT_SIZE,
 };
 use crate::queue::consume_queue::ConsumeQueue;
-use crate::queue::consume_queue::CQ_STORE_UNIT_SIZE;
 use crate::util::java_hash;
 
 /// `GetMessageStatus`, in RocketMQ's order.

@@ -16,9 +16,9 @@ use crate::file::allocate::{AllocateConfig, Allocator, ServiceStep};
 use crate::file::checkpoint::{AbortFile, StoreCheckpoint};
 use crate::file::lockfile::StoreLock;
 use crate::file::transient_pool::TransientStorePool;
-use crate::format::message::{find_property, property, Message, MessageExt};
+use crate::format::{find_property, property, CqUnit, Message, MessageExt};
 use crate::index::IndexService;
-use crate::queue::consume_queue::{ConsumeQueue, CqUnit};
+use crate::queue::consume_queue::ConsumeQueue;
 use crate::queue::store::ConsumeQueueStore;
 use crate::read::{GetMessageResult, TagFilter, TimeBoundary};
 

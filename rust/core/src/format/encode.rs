@@ -1,0 +1,380 @@
+//! Writing commitlog records, byte for byte (STORE_SPEC §1).
+//!
+//! Encoding is split in two so the append path can copy straight into the mapped file: a
+//! [`PreparedMessage`] is validated and measured outside the append lock (body CRC, properties
+//! string, length), then [`RecordTemplate::write_record`] lays the bytes down under the lock with
+//! the queue offset, physical offset and store timestamp that only the lock can give.
+
+use super::message::{
+    topic_is_legal, HostAddr, MessageLimits, PutMessageStatus, MAX_PROPERTIES_LENGTH,
+    MAX_RECORD_SLACK,
+};
+use super::record::*;
+use super::sysflag;
+use crate::util::masked_crc32;
+
+/// The per-record inputs shared by every record of a batch (or the one record of a single put).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecordEnvelope<'a> {
+    pub topic: &'a str,
+    pub queue_id: i32,
+    pub flag: i32,
+    pub sys_flag: i32,
+    pub born_timestamp: i64,
+    pub born_host: HostAddr,
+    pub store_host: HostAddr,
+    pub reconsume_times: i32,
+    pub prepared_transaction_offset: i64,
+}
+
+/// Checks the envelope and properties common to a message or a whole batch.
+pub(crate) fn check_envelope(
+    env: &RecordEnvelope<'_>,
+    properties: &str,
+) -> Result<(), PutMessageStatus> {
+    if !topic_is_legal(env.topic) || env.queue_id < 0 {
+        return Err(PutMessageStatus::MessageIllegal);
+    }
+    if properties.len() > MAX_PROPERTIES_LENGTH {
+        return Err(PutMessageStatus::PropertiesSizeExceeded);
+    }
+    Ok(())
+}
+
+/// The bytes every record of one envelope shares, encoded once: the head up to and including the
+/// body-length field, and the tail after the body (topic and properties). Laying a record down is
+/// then a copy of the head, five patched fields, the body and the tail.
+#[derive(Clone, Debug)]
+pub(crate) struct RecordTemplate<'a> {
+    pub topic: &'a str,
+    pub queue_id: i32,
+    /// SYSFLAG as written (IPv6 bits set from the hosts).
+    pub sys_flag: i32,
+    /// Read by the tests only.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub version: MessageVersion,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    store_ts_pos: usize,
+}
+
+impl<'a> RecordTemplate<'a> {
+    /// Encodes the shared parts; `properties` must already be validated.
+    pub(crate) fn new(env: &RecordEnvelope<'a>, properties: &str) -> RecordTemplate<'a> {
+        let version = MessageVersion::for_topic_len(env.topic.len());
+        let mut sys_flag = env.sys_flag & !(sysflag::BORNHOST_V6 | sysflag::STOREHOSTADDRESS_V6);
+        if env.born_host.is_v6() {
+            sys_flag |= sysflag::BORNHOST_V6;
+        }
+        if env.store_host.is_v6() {
+            sys_flag |= sysflag::STOREHOSTADDRESS_V6;
+        }
+        let mut head = Vec::with_capacity(112);
+        head.extend_from_slice(&0i32.to_be_bytes()); // TOTALSIZE
+        head.extend_from_slice(&version.magic().to_be_bytes());
+        head.extend_from_slice(&0i32.to_be_bytes()); // BODYCRC
+        head.extend_from_slice(&env.queue_id.to_be_bytes());
+        head.extend_from_slice(&env.flag.to_be_bytes());
+        head.extend_from_slice(&0i64.to_be_bytes()); // QUEUEOFFSET
+        head.extend_from_slice(&0i64.to_be_bytes()); // PHYSICALOFFSET
+        head.extend_from_slice(&sys_flag.to_be_bytes());
+        head.extend_from_slice(&env.born_timestamp.to_be_bytes());
+        head.extend_from_slice(env.born_host.ip_bytes());
+        head.extend_from_slice(&env.born_host.port().to_be_bytes());
+        let store_ts_pos = head.len();
+        head.extend_from_slice(&0i64.to_be_bytes()); // STORETIMESTAMP
+        head.extend_from_slice(env.store_host.ip_bytes());
+        head.extend_from_slice(&env.store_host.port().to_be_bytes());
+        head.extend_from_slice(&env.reconsume_times.to_be_bytes());
+        head.extend_from_slice(&env.prepared_transaction_offset.to_be_bytes());
+        head.extend_from_slice(&0i32.to_be_bytes()); // BODY LENGTH
+        let mut tail = Vec::with_capacity(2 + env.topic.len() + 2 + properties.len());
+        match version {
+            MessageVersion::V1 => tail.push(env.topic.len() as u8),
+            MessageVersion::V2 => tail.extend_from_slice(&(env.topic.len() as i16).to_be_bytes()),
+        }
+        tail.extend_from_slice(env.topic.as_bytes());
+        tail.extend_from_slice(&(properties.len() as i16).to_be_bytes());
+        tail.extend_from_slice(properties.as_bytes());
+        debug_assert_eq!(
+            (head.len() + tail.len()) as i64,
+            cal_msg_length(
+                version,
+                sys_flag,
+                0,
+                env.topic.len() as i64,
+                properties.len() as i64
+            )
+        );
+        RecordTemplate {
+            topic: env.topic,
+            queue_id: env.queue_id,
+            sys_flag,
+            version,
+            head,
+            tail,
+            store_ts_pos,
+        }
+    }
+
+    /// Transaction type bits of the records.
+    pub(crate) fn transaction_type(&self) -> i32 {
+        sysflag::transaction_value(self.sys_flag)
+    }
+
+    /// Record length for a body of `body_len` bytes.
+    pub(crate) fn record_len(&self, body_len: usize) -> i64 {
+        (self.head.len() + body_len + self.tail.len()) as i64
+    }
+
+    /// Validates one body against the limits and measures its record.
+    pub(crate) fn prepare(
+        &self,
+        body: &'a [u8],
+        limits: &MessageLimits,
+    ) -> Result<PreparedBody<'a>, PutMessageStatus> {
+        if body.len() > limits.max_message_size.max(0) as usize {
+            return Err(PutMessageStatus::MessageIllegal);
+        }
+        let total = self.record_len(body.len());
+        if total > i64::from(limits.max_message_size) + MAX_RECORD_SLACK
+            || total > limits.max_record_in_segment
+        {
+            return Err(PutMessageStatus::MessageIllegal);
+        }
+        Ok(PreparedBody {
+            body,
+            body_crc: masked_crc32(body),
+            // Bounded by max_message_size + 64 KiB above, so it fits an i32.
+            total_len: total as i32,
+        })
+    }
+
+    /// Writes one whole record into `dst` (exactly `body.total_len` bytes).
+    #[inline]
+    pub(crate) fn write_record(
+        &self,
+        dst: &mut [u8],
+        body: &PreparedBody<'_>,
+        queue_offset: i64,
+        phy_offset: i64,
+        store_ts: i64,
+    ) {
+        let h = self.head.len();
+        let b = body.body.len();
+        let (head, rest) = dst.split_at_mut(h);
+        let (body_dst, tail) = rest.split_at_mut(b);
+        head.copy_from_slice(&self.head);
+        head[TOTAL_SIZE_POS..TOTAL_SIZE_POS + 4].copy_from_slice(&body.total_len.to_be_bytes());
+        head[BODY_CRC_POS..BODY_CRC_POS + 4].copy_from_slice(&body.body_crc.to_be_bytes());
+        head[QUEUE_OFFSET_POSITION..QUEUE_OFFSET_POSITION + 8]
+            .copy_from_slice(&queue_offset.to_be_bytes());
+        head[PHYSICAL_OFFSET_POSITION..PHYSICAL_OFFSET_POSITION + 8]
+            .copy_from_slice(&phy_offset.to_be_bytes());
+        head[self.store_ts_pos..self.store_ts_pos + 8].copy_from_slice(&store_ts.to_be_bytes());
+        head[h - 4..].copy_from_slice(&(b as i32).to_be_bytes());
+        body_dst.copy_from_slice(body.body);
+        tail.copy_from_slice(&self.tail);
+    }
+}
+
+/// One validated body of a template: its CRC and record length.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PreparedBody<'a> {
+    pub body: &'a [u8],
+    pub body_crc: i32,
+    pub total_len: i32,
+}
+
+/// A single validated message: a template and one body (the tests; the store appends through
+/// [`RecordTemplate`] directly).
+#[cfg(test)]
+#[derive(Clone, Debug)]
+pub(crate) struct PreparedMessage<'a> {
+    pub template: RecordTemplate<'a>,
+    pub body: PreparedBody<'a>,
+}
+
+#[cfg(test)]
+impl<'a> PreparedMessage<'a> {
+    /// Validates one body under an envelope and measures the record.
+    pub(crate) fn new(
+        env: &RecordEnvelope<'a>,
+        body: &'a [u8],
+        properties: &str,
+        limits: &MessageLimits,
+    ) -> Result<Self, PutMessageStatus> {
+        let template = RecordTemplate::new(env, properties);
+        let body = template.prepare(body, limits)?;
+        Ok(PreparedMessage { template, body })
+    }
+
+    pub(crate) fn total_len(&self) -> i32 {
+        self.body.total_len
+    }
+
+    /// Encodes into a fresh vector (tests, tools; the store writes in place).
+    pub(crate) fn to_vec(&self, queue_offset: i64, phy_offset: i64, store_ts: i64) -> Vec<u8> {
+        let mut v = vec![0u8; self.body.total_len as usize];
+        self.template
+            .write_record(&mut v, &self.body, queue_offset, phy_offset, store_ts);
+        v
+    }
+}
+
+/// Writes the 8-byte end-of-file blank record: remaining size + BLANK magic.
+pub(crate) fn write_blank(dst: &mut [u8], max_blank: i32) {
+    dst[..4].copy_from_slice(&max_blank.to_be_bytes());
+    dst[4..8].copy_from_slice(&BLANK_MAGIC_CODE.to_be_bytes());
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::format::bytes::{be_i16, be_i32, be_i64};
+    use crate::format::decode::{check_record, RecordCheck};
+    use crate::format::properties::{encode_properties, parse_properties, render_properties};
+
+    pub(crate) fn limits() -> MessageLimits {
+        MessageLimits {
+            max_message_size: 4 * 1024 * 1024,
+            max_record_in_segment: 1 << 30,
+        }
+    }
+
+    pub(crate) fn env(topic: &str) -> RecordEnvelope<'_> {
+        RecordEnvelope {
+            topic,
+            queue_id: 0,
+            flag: 0,
+            sys_flag: 0,
+            born_timestamp: 1_700_000_000_000,
+            born_host: HostAddr::parse("10.0.0.1:5000").unwrap(),
+            store_host: HostAddr::parse("127.0.0.1:10911").unwrap(),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        }
+    }
+
+    /// STORE_SPEC §1.2: topic "FooBar", 32-byte body, TAGS=TAG1 and a 13-digit KEYS: 158 bytes.
+    #[test]
+    fn golden_158_byte_record() {
+        let props = encode_properties([("TAGS", "TAG1"), ("KEYS", "1700000000000")]);
+        assert_eq!(props.len(), 29);
+        let body = [b'x'; 32];
+        let p = PreparedMessage::new(&env("FooBar"), &body, &props, &limits()).unwrap();
+        assert_eq!(p.total_len(), 158);
+        let rec = p.to_vec(7, 1580, 1_700_000_000_123);
+        assert_eq!(rec.len(), 158);
+        // Field positions of §1.2 for IPv4 hosts, V1.
+        assert_eq!(be_i32(&rec, 0), 158);
+        assert_eq!(be_i32(&rec, 4), MESSAGE_MAGIC_CODE_V1);
+        assert_eq!(be_i32(&rec, 8), masked_crc32(&body));
+        assert_eq!(be_i64(&rec, 20), 7);
+        assert_eq!(be_i64(&rec, 28), 1580);
+        assert_eq!(be_i64(&rec, 40), 1_700_000_000_000);
+        assert_eq!(&rec[48..52], &[10, 0, 0, 1]);
+        assert_eq!(be_i32(&rec, 52), 5000);
+        assert_eq!(be_i64(&rec, 56), 1_700_000_000_123);
+        assert_eq!(&rec[64..68], &[127, 0, 0, 1]);
+        assert_eq!(be_i32(&rec, 68), 10911);
+        assert_eq!(be_i32(&rec, 84), 32);
+        assert_eq!(rec[88 + 32], 6);
+        assert_eq!(&rec[89 + 32..95 + 32], b"FooBar");
+        assert_eq!(be_i16(&rec, 95 + 32), 29);
+        match check_record(&rec, true) {
+            RecordCheck::Message(d) => {
+                assert_eq!(d.topic, b"FooBar");
+                assert_eq!(d.body, &body);
+                assert_eq!(d.queue_offset, 7);
+                assert_eq!(d.physical_offset, 1580);
+                assert_eq!(
+                    parse_properties(&d.properties_str()),
+                    vec![
+                        ("TAGS".to_string(), "TAG1".to_string()),
+                        ("KEYS".to_string(), "1700000000000".to_string())
+                    ]
+                );
+            }
+            other => panic!("expected a message, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ipv6_hosts_set_sysflag_bits_and_widen_fields() {
+        let mut e = env("T");
+        e.born_host = HostAddr::parse("[::1]:7").unwrap();
+        e.store_host = HostAddr::parse("[fe80::1]:10911").unwrap();
+        let p = PreparedMessage::new(&e, b"abc", "", &limits()).unwrap();
+        assert_eq!(
+            p.template.sys_flag & (sysflag::BORNHOST_V6 | sysflag::STOREHOSTADDRESS_V6),
+            0x30
+        );
+        assert_eq!(p.total_len(), 91 + 24 + 3 + 1);
+        let rec = p.to_vec(0, 0, 5);
+        let RecordCheck::Message(d) = check_record(&rec, true) else {
+            panic!("not valid")
+        };
+        assert_eq!(d.born_host, e.born_host);
+        assert_eq!(d.store_host, e.store_host);
+        assert_eq!(d.store_timestamp, 5);
+        assert_eq!(d.msg_id().len(), 56);
+        assert_eq!(d.born_host.to_string(), "[::1]:7");
+    }
+
+    #[test]
+    fn v2_for_long_retry_topics() {
+        let topic = format!("%RETRY%{}", "g".repeat(150));
+        assert!(topic_is_legal(&topic));
+        let p = PreparedMessage::new(&env(&topic), b"b", "", &limits()).unwrap();
+        assert_eq!(p.template.version, MessageVersion::V2);
+        let rec = p.to_vec(0, 0, 0);
+        assert_eq!(be_i32(&rec, 4), MESSAGE_MAGIC_CODE_V2);
+        let RecordCheck::Message(d) = check_record(&rec, true) else {
+            panic!("not valid")
+        };
+        assert_eq!(d.topic, topic.as_bytes());
+        assert!(!topic_is_legal(&"a".repeat(128)));
+        assert!(!topic_is_legal(&format!("%RETRY%{}", "g".repeat(249))));
+    }
+
+    #[test]
+    fn limits_give_statuses() {
+        let big = vec![0u8; 4 * 1024 * 1024 + 1];
+        assert_eq!(
+            PreparedMessage::new(&env("T"), &big, "", &limits()).unwrap_err(),
+            PutMessageStatus::MessageIllegal
+        );
+        let ok = vec![0u8; 4 * 1024 * 1024];
+        assert!(PreparedMessage::new(&env("T"), &ok, "", &limits()).is_ok());
+        let long = "v".repeat(40_000);
+        let props = render_properties([("k", long.as_str())]).unwrap();
+        assert_eq!(
+            check_envelope(&env("T"), &props).unwrap_err(),
+            PutMessageStatus::PropertiesSizeExceeded
+        );
+        assert_eq!(
+            render_properties([("k", "a\u{1}b")]).unwrap_err(),
+            PutMessageStatus::MessageIllegal
+        );
+        assert_eq!(
+            render_properties([("", "v")]).unwrap_err(),
+            PutMessageStatus::MessageIllegal
+        );
+        let mut e = env("T");
+        e.queue_id = -1;
+        assert_eq!(
+            check_envelope(&e, "").unwrap_err(),
+            PutMessageStatus::MessageIllegal
+        );
+        // A record that cannot fit a segment is illegal, not an endless roll.
+        let small = MessageLimits {
+            max_message_size: 4096,
+            max_record_in_segment: 100,
+        };
+        assert_eq!(
+            PreparedMessage::new(&env("T"), &[0u8; 10], "", &small).unwrap_err(),
+            PutMessageStatus::MessageIllegal
+        );
+    }
+}
