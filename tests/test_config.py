@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import rmqstore
 from rmqstore import FlushDiskType, Message, MessageStore, StoreConfig
+from rmqstore._rmqstore import check_settings
 from rmqwire import SEGMENT, read_segment, scan_segment, segment_name
 
 
@@ -147,6 +148,16 @@ def test_bad_value_names_the_setting(setting: str, value: object) -> None:
 
 
 @pytest.mark.parametrize(
+    ("setting", "value"), BAD_VALUES, ids=[f"{s}={v!r}" for s, v in BAD_VALUES]
+)
+def test_the_core_rejects_what_python_rejects(setting: str, value: object) -> None:
+    # The core's own check of a settings dict (what opening a store runs) agrees.
+    with pytest.raises(rmqstore.StoreConfigError) as info:
+        check_settings({setting: value})
+    assert info.value.setting == setting
+
+
+@pytest.mark.parametrize(
     ("setting", "value"), BAD_VALUES[::4], ids=[f"{s}={v!r}" for s, v in BAD_VALUES[::4]]
 )
 def test_bad_override_fails_before_anything_is_created(
@@ -175,6 +186,28 @@ def test_unknown_setting_is_a_type_error(store_path: Path) -> None:
         StoreConfig().replace(unknown_setting=1)
     with pytest.raises(TypeError):
         StoreConfig(65536)  # type: ignore[misc]  # keyword-only
+    assert not store_path.exists()
+
+
+def test_unknown_setting_names_the_closest_one(store_path: Path) -> None:
+    with pytest.raises(rmqstore.UnknownSettingError) as info:
+        MessageStore(store_path, flush_disk_typ="SYNC_FLUSH")
+    assert str(info.value) == (
+        "unknown store setting(s): flush_disk_typ; did you mean flush_disk_type?"
+    )
+    assert info.value.setting == "flush_disk_typ"
+    # RocketMQ's camelCase name points at the snake_case one.
+    with pytest.raises(TypeError, match=r"did you mean max_message_size\?"):
+        StoreConfig().replace(maxMessageSize=100)
+    with pytest.raises(TypeError) as several:
+        StoreConfig().replace(index_tag=True, max_mesage_size=5, zzz=1)
+    assert str(several.value) == (
+        "unknown store setting(s): index_tag, max_mesage_size, zzz; "
+        "did you mean index_tags for index_tag, max_message_size for max_mesage_size?"
+    )
+    with pytest.raises(TypeError) as nothing_close:
+        StoreConfig().replace(zzz=1)
+    assert str(nothing_close.value) == "unknown store setting(s): zzz"
     assert not store_path.exists()
 
 

@@ -1,7 +1,7 @@
 """Type stubs of the compiled extension ``rmqstore._rmqstore`` (checked by mypy.stubtest)."""
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, final
+from typing import Any, Literal, TypedDict, final
 
 from .enums import GetMessageStatus, PutMessageStatus
 
@@ -16,6 +16,8 @@ __all__ = [
     "PutMessageResult",
     "Store",
     "__version__",
+    "check_settings",
+    "settings",
 ]
 
 __version__: str
@@ -24,6 +26,24 @@ MESSAGE_MAGIC_CODE: int
 MESSAGE_MAGIC_CODE_V2: int
 
 _BodyLike = bytes | bytearray | memoryview
+
+class _Setting(TypedDict):
+    """One row of the core's settings table."""
+
+    name: str
+    rocketmq_name: str | None
+    type: Literal["int", "bool", "choice", "host", "path"]
+    default: int | bool | str | None
+    min: int | None
+    max: int | None
+    choices: list[str] | None
+    doc: str
+
+def settings() -> list[_Setting]:
+    """The core's settings table: every store setting, in field order."""
+
+def check_settings(settings: dict[str, Any]) -> None:
+    """Builds and validates the core's config of ``settings`` as opening a store does."""
 
 @final
 class Message:

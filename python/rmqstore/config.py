@@ -2,18 +2,28 @@
 
 Only the settings the store acts on are here; each is checked when the config is built, and a
 bad value raises :class:`rmqstore.errors.StoreConfigError` (a ``ValueError``) naming it.
+
+The Rust core's settings table (``rmqstore._rmqstore.settings()``) is the source of truth for
+every setting's name, type, default, range or choices: the checks here take their ranges and
+choices from it, and the tests hold each field of :class:`StoreConfig` (name, order, type,
+default, RocketMQ name) to it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ._rmqstore import settings as _core_settings
 from .enums import FlushDiskType
 from .errors import StoreConfigError, UnknownSettingError
+
+if TYPE_CHECKING:
+    from ._rmqstore import _Setting
 
 __all__ = ["StoreConfig"]
 
@@ -28,6 +38,11 @@ _NOT_YET = {
 _GiB = 1024 * 1024 * 1024
 _MiB = 1024 * 1024
 _I32_MAX = 2**31 - 1
+
+# The core's settings table, in field order.
+_SETTINGS: list[_Setting] = _core_settings()
+# RocketMQ's camelCase names of the settings, to their snake_case names.
+_FROM_ROCKETMQ = {s["rocketmq_name"]: s["name"] for s in _SETTINGS if s["rocketmq_name"]}
 
 
 def _bad(setting: str, problem: str) -> StoreConfigError:
@@ -47,6 +62,17 @@ def _check_bool(name: str, value: object) -> None:
         raise _bad(name, f"must be a bool, got {type(value).__name__}")
 
 
+def _check_choice(name: str, value: object, choices: list[str]) -> object:
+    """``value`` (a :class:`FlushDiskType` stands for its value) if it is one of ``choices``."""
+    if isinstance(value, FlushDiskType):
+        value = value.value
+    if not isinstance(value, str) or value not in choices:
+        quoted = [repr(c) for c in choices]
+        expected = " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
+        raise _bad(name, f"must be {expected}, got {value!r}")
+    return value
+
+
 _PORT = re.compile(r"[0-9]{1,5}")
 
 
@@ -64,6 +90,54 @@ def _check_host(name: str, value: object) -> None:
                 ok = False
     if not ok:
         raise _bad(name, f"must be 'ip:port' (IPv6 as '[::1]:10911'), got {value!r}")
+
+
+def _check_path(name: str, value: object) -> object:
+    """``value`` as a str path, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise _bad(name, "must be a path or None")
+    return os.fspath(value)
+
+
+def _checked(spec: _Setting, value: object) -> object:
+    """``value`` checked against ``spec`` (its row of the core's table), in its stored form."""
+    name = spec["name"]
+    kind = spec["type"]
+    if kind == "int":
+        lo, hi = spec["min"], spec["max"]
+        assert lo is not None
+        assert hi is not None
+        _check_int(name, value, lo, hi)
+    elif kind == "bool":
+        _check_bool(name, value)
+    elif kind == "choice":
+        assert spec["choices"] is not None
+        return _check_choice(name, value, spec["choices"])
+    elif kind == "host":
+        _check_host(name, value)
+    else:
+        return _check_path(name, value)
+    return value
+
+
+def _did_you_mean(unknown: list[str], known: list[str]) -> str:
+    """``"; did you mean <setting>?"`` for the unknown names that resemble a setting (the one
+    RocketMQ calls that, else the closest spelling), or ``""``."""
+    guesses = []
+    for name in unknown:
+        if name in _NOT_YET:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        guess = _FROM_ROCKETMQ.get(name) or (close[0] if close else None)
+        if guess is not None:
+            guesses.append((name, guess))
+    if not guesses:
+        return ""
+    if len(unknown) == 1:
+        return f"; did you mean {guesses[0][1]}?"
+    return "; did you mean " + ", ".join(f"{g} for {n}" for n, g in guesses) + "?"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -169,37 +243,14 @@ class StoreConfig:
     flush_consume_queue_thorough_interval: int = 60000
 
     def __post_init__(self) -> None:
-        _check_int("mapped_file_size_commit_log", self.mapped_file_size_commit_log, 4096, _I32_MAX)
-        _check_int("max_message_size", self.max_message_size, 1, _I32_MAX)
-        if isinstance(self.flush_disk_type, FlushDiskType):
-            object.__setattr__(self, "flush_disk_type", self.flush_disk_type.value)
-        if not isinstance(self.flush_disk_type, str) or self.flush_disk_type not in {
-            t.value for t in FlushDiskType
-        }:
-            raise _bad(
-                "flush_disk_type",
-                f"must be 'ASYNC_FLUSH' or 'SYNC_FLUSH', got {self.flush_disk_type!r}",
-            )
-        _check_bool("warm_mapped_file_enable", self.warm_mapped_file_enable)
-        _check_int(
-            "flush_least_pages_when_warm_mapped_file",
-            self.flush_least_pages_when_warm_mapped_file,
-            1,
-            _I32_MAX,
-        )
-        _check_bool("check_crc_on_recover", self.check_crc_on_recover)
-        _check_bool("check_crc_on_read", self.check_crc_on_read)
-        _check_bool("decompress_body_on_read", self.decompress_body_on_read)
-        _check_bool("transient_store_pool_enable", self.transient_store_pool_enable)
-        _check_bool("wake_commit_when_put_message", self.wake_commit_when_put_message)
-        _check_int("transient_store_pool_size", self.transient_store_pool_size, 1, 1024)
-        _check_int(
-            "mapped_file_size_consume_queue", self.mapped_file_size_consume_queue, 20, _I32_MAX
-        )
-        _check_bool("message_index_enable", self.message_index_enable)
-        _check_bool("index_tags", self.index_tags)
-        _check_int("max_hash_slot_num", self.max_hash_slot_num, 1, _I32_MAX)
-        _check_int("max_index_num", self.max_index_num, 2, _I32_MAX)
+        # Each setting as the core's table says (in table order), then the rules that tie
+        # settings together.
+        for spec in _SETTINGS:
+            name = spec["name"]
+            value = getattr(self, name)
+            checked = _checked(spec, value)
+            if checked is not value:
+                object.__setattr__(self, name, checked)
         index_bytes = 40 + self.max_hash_slot_num * 4 + self.max_index_num * 20
         if index_bytes > _I32_MAX:
             raise _bad(
@@ -207,51 +258,15 @@ class StoreConfig:
                 f"an index file of {index_bytes} bytes (40 + 4 x max_hash_slot_num + 20 x "
                 f"max_index_num) exceeds {_I32_MAX} bytes",
             )
-        for name in (
-            "max_msgs_num_batch",
-            "max_transfer_count_on_message_in_memory",
-            "max_transfer_bytes_on_message_in_memory",
-            "max_transfer_count_on_message_in_disk",
-            "max_transfer_bytes_on_message_in_disk",
-            "max_filter_message_size",
-        ):
-            _check_int(name, getattr(self, name), 1, _I32_MAX)
-        _check_int(
-            "access_message_in_memory_max_ratio", self.access_message_in_memory_max_ratio, 0, 100
-        )
-        for name in (
-            "sync_flush_timeout",
-            "flush_interval_commit_log",
-            "flush_commit_log_thorough_interval",
-            "flush_interval_consume_queue",
-            "flush_consume_queue_thorough_interval",
-            "commit_interval_commit_log",
-            "commit_commit_log_thorough_interval",
-        ):
-            _check_int(name, getattr(self, name), 1, _I32_MAX)
-        _check_int("disk_space_warning_level_ratio", self.disk_space_warning_level_ratio, 35, 90)
-        _check_int(
-            "os_page_cache_busy_timeout_mills", self.os_page_cache_busy_timeout_mills, 1, _I32_MAX
-        )
-        for name in (
-            "flush_commit_log_least_pages",
-            "flush_consume_queue_least_pages",
-            "commit_commit_log_least_pages",
-        ):
-            _check_int(name, getattr(self, name), 0, _I32_MAX)
-        _check_host("store_host", self.store_host)
-        if self.store_path_commit_log is not None:
-            if not isinstance(self.store_path_commit_log, (str, os.PathLike)):
-                raise _bad("store_path_commit_log", "must be a path or None")
-            object.__setattr__(self, "store_path_commit_log", os.fspath(self.store_path_commit_log))
 
     def replace(self, **overrides: Any) -> StoreConfig:
         """A copy with some settings changed; an unknown name raises
         :class:`UnknownSettingError` (a ``TypeError``)."""
-        names = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(overrides) - names)
+        names = [f.name for f in dataclasses.fields(self)]
+        unknown = sorted(set(overrides) - set(names))
         if unknown:
-            hint = "".join(f" ({_NOT_YET[n]})" for n in unknown if n in _NOT_YET)
+            hint = _did_you_mean(unknown, names)
+            hint += "".join(f" ({_NOT_YET[n]})" for n in unknown if n in _NOT_YET)
             raise UnknownSettingError(
                 f"unknown store setting(s): {', '.join(unknown)}{hint}", unknown[0]
             )

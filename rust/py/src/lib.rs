@@ -3,6 +3,7 @@
 
 mod args;
 mod buffer;
+mod config;
 mod errors;
 mod message;
 mod store;
@@ -11,6 +12,8 @@ mod store;
 mod _rmqstore {
     #[pymodule_export]
     use crate::buffer::ColumnBuffer;
+    #[pymodule_export]
+    use crate::config::{check_settings, settings};
     #[pymodule_export]
     use crate::message::{GetMessageResult, Message, MessageExt, PutMessageResult};
     #[pymodule_export]

@@ -13,7 +13,7 @@ use rmqstore_core::commitlog::Batch;
 use rmqstore_core::format::HostAddr;
 use rmqstore_core::read::{TagFilter, TimeBoundary};
 use rmqstore_core::util::now_millis;
-use rmqstore_core::{FlushDiskType, MessageStore, StoreConfig};
+use rmqstore_core::MessageStore;
 
 use crate::args;
 use crate::buffer::ColumnBuffer;
@@ -21,70 +21,6 @@ use crate::errors::{invalid_argument, IntoPyResult};
 use crate::message::{
     build_properties, keys_value, GetMessageResult, Message, MessageExt, PutMessageResult,
 };
-
-fn config_from_dict(cfg: &Bound<'_, PyDict>) -> PyResult<StoreConfig> {
-    let mut c = StoreConfig::default();
-    if let Some(v) = cfg.get_item("store_path_commit_log")? {
-        if !v.is_none() {
-            c.store_path_commit_log = Some(v.extract::<PathBuf>()?);
-        }
-    }
-    // Settings read as they are (the Python StoreConfig has checked their types and ranges;
-    // the core checks ranges again).
-    macro_rules! take {
-        ($($name:ident),*) => {$(
-            if let Some(v) = cfg.get_item(stringify!($name))? {
-                c.$name = v.extract()?;
-            }
-        )*};
-    }
-    take!(
-        mapped_file_size_commit_log,
-        max_message_size,
-        warm_mapped_file_enable,
-        flush_least_pages_when_warm_mapped_file,
-        check_crc_on_recover,
-        check_crc_on_read,
-        decompress_body_on_read,
-        mapped_file_size_consume_queue,
-        message_index_enable,
-        index_tags,
-        max_hash_slot_num,
-        max_index_num,
-        max_msgs_num_batch,
-        max_transfer_count_on_message_in_memory,
-        max_transfer_bytes_on_message_in_memory,
-        max_transfer_count_on_message_in_disk,
-        max_transfer_bytes_on_message_in_disk,
-        access_message_in_memory_max_ratio,
-        max_filter_message_size,
-        sync_flush_timeout,
-        disk_space_warning_level_ratio,
-        os_page_cache_busy_timeout_mills,
-        transient_store_pool_enable,
-        transient_store_pool_size,
-        wake_commit_when_put_message
-    );
-    if let Some(v) = cfg.get_item("flush_disk_type")? {
-        let s: String = v.extract()?;
-        c.flush_disk_type = FlushDiskType::parse(&s).ok_or_else(|| {
-            crate::errors::to_pyerr(rmqstore_core::StoreError::config(
-                "flush_disk_type",
-                format!("must be ASYNC_FLUSH or SYNC_FLUSH, got {s:?}"),
-            ))
-        })?;
-    }
-    if let Some(v) = cfg.get_item("store_host")? {
-        let s: String = v.extract()?;
-        c.store_host = HostAddr::parse(&s).ok_or_else(|| {
-            crate::errors::to_pyerr(rmqstore_core::StoreError::config(
-                "store_host",
-                format!("{s:?} is not an address like \"10.0.0.1:10911\""),
-            ))
-        })?;
-    }
-    Ok(c)
-}
 
 /// The bodies of a batch, readable without the GIL.
 ///
@@ -228,7 +164,7 @@ impl Store {
         read_only: bool,
         before_changes: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let cfg = config_from_dict(config)?;
+        let cfg = crate::config::config_from_dict(config)?;
         let mut raised: Option<PyErr> = None;
         let opened = py.detach(|| {
             if read_only {
