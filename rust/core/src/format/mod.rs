@@ -1,2 +1,3 @@
 pub mod compression;
+pub mod index;
 pub mod message;
