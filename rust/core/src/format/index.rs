@@ -323,8 +323,11 @@ fn days_in_month(year: u64, month: u64) -> u64 {
 /// one digit, each sorting after `prev` and before `next`.
 pub(crate) fn gap_file_names(prev: Option<&str>, next: &str) -> Vec<String> {
     let base = match prev {
-        Some(p) if p.len() >= INDEX_FILE_NAME_LEN => p[..INDEX_FILE_NAME_LEN].to_owned(),
-        Some(_) => return Vec::new(),
+        // (`get`: a name that is not ASCII may have no character boundary at 17.)
+        Some(p) => match p.get(..INDEX_FILE_NAME_LEN) {
+            Some(base) => base.to_owned(),
+            None => return Vec::new(),
+        },
         None => match next
             .get(..INDEX_FILE_NAME_LEN)
             .and_then(|n| n.parse::<u64>().ok())
@@ -513,5 +516,117 @@ mod tests {
         assert_eq!(next_index_file_name("99999999999999999"), None);
         assert_eq!(next_index_file_name("99991231235959999"), None);
         assert_eq!(next_index_file_name("123"), None);
+    }
+
+    /// 17 or 18 ASCII digits, whatever else the text holds.
+    fn name_like() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[0-9]{15,20}",
+            "[0-9]{16,18}[^0-9]?",
+            "[0-9\u{660}\u{ff10}x ]{15,19}",
+            ".{0,24}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 1024,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// The name parsers take any text without panicking; a name is exactly 17 or 18 ASCII
+        /// digits.
+        #[test]
+        fn file_name_parsers_take_any_text(a in name_like(), b in name_like()) {
+            let digits = |s: &str| {
+                (s.len() == 17 || s.len() == 18) && s.chars().all(|c| c.is_ascii_digit())
+            };
+            prop_assert_eq!(is_index_file_name(&a), digits(&a));
+            if let Some(next) = next_index_file_name(&a) {
+                prop_assert!(a.len() == 17 && digits(&a));
+                prop_assert!(next.len() == 17 && is_index_file_name(&next));
+                prop_assert!(next > a);
+            }
+            for names in [gap_file_names(Some(&a), &b), gap_file_names(None, &b)] {
+                for n in &names {
+                    prop_assert!(n.len() == GAP_FILE_NAME_LEN && n.as_str() < b.as_str());
+                }
+            }
+        }
+
+        /// The name after a 17-digit name is later, one millisecond later for a civil time
+        /// whose milliseconds are not 999, and missing only past the last representable one.
+        #[test]
+        fn next_file_name_is_later(n in 0u64..=99_999_999_999_999_999) {
+            let name = format!("{n:017}");
+            match next_index_file_name(&name) {
+                Some(next) => {
+                    prop_assert!(is_index_file_name(&next) && next.len() == INDEX_FILE_NAME_LEN);
+                    prop_assert!(next > name);
+                    if n % 1000 != 999 {
+                        prop_assert_eq!(next, format!("{:017}", n + 1));
+                    }
+                }
+                None => prop_assert!(n >= 99_991_231_235_959_999),
+            }
+        }
+
+        /// Gap file names are index file names, in order, strictly between their neighbours.
+        #[test]
+        fn gap_file_names_lie_between(
+            p in 1u64..=99_999_999_999_999_999,
+            gap_digit in proptest::option::of(0u8..=9),
+            ahead in 0u64..3,
+            next_digit in proptest::option::of(0u8..=9),
+            first in any::<bool>(),
+        ) {
+            let mut prev = format!("{p:017}");
+            if let Some(g) = gap_digit {
+                prev.push(char::from(b'0' + g));
+            }
+            let mut next = format!("{:017}", (p + ahead).min(99_999_999_999_999_999));
+            if let Some(g) = next_digit {
+                next.push(char::from(b'0' + g));
+            }
+            let prev = (!first).then_some(prev);
+            let names = gap_file_names(prev.as_deref(), &next);
+            for w in names.windows(2) {
+                prop_assert!(w[0] < w[1]);
+            }
+            for n in &names {
+                prop_assert!(is_index_file_name(n) && n.len() == GAP_FILE_NAME_LEN);
+                prop_assert!(prev.as_deref().is_none_or(|p| n.as_str() > p));
+                prop_assert!(n.as_str() < next.as_str());
+            }
+        }
+
+        /// The header decodes from any bytes of at least 40 (`None` below) and encodes back to
+        /// the same 40 bytes.
+        #[test]
+        fn header_codec_round_trips(bytes in proptest::collection::vec(any::<u8>(), 0..96)) {
+            match IndexHeader::from_bytes(&bytes) {
+                Some(h) => {
+                    prop_assert!(bytes.len() >= 40);
+                    prop_assert_eq!(&h.to_bytes()[..], &bytes[..40]);
+                    prop_assert_eq!(IndexHeader::from_bytes(&h.to_bytes()), Some(h));
+                }
+                None => prop_assert!(bytes.len() < 40),
+            }
+        }
+
+        /// The file size of any settings is refused or is the layout's size and fits an `int`.
+        #[test]
+        fn file_size_of_any_settings(slots in any::<i32>(), entries in any::<i32>()) {
+            if let Ok(size) = index_file_size(slots, entries) {
+                prop_assert!(slots >= 1 && entries >= 2);
+                prop_assert_eq!(size, 40 + 4 * i64::from(slots) + 20 * i64::from(entries));
+                prop_assert!(size <= i64::from(i32::MAX));
+                prop_assert_eq!(
+                    entry_word(slots, entries) * 4,
+                    usize::try_from(size).unwrap()
+                );
+            }
+        }
     }
 }

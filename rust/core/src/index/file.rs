@@ -55,6 +55,10 @@ pub(crate) struct IndexFile {
     /// Bytes from the start whose blocks are reserved: the mapping is only written below this,
     /// so a full disk fails a put instead of faulting the process (SIGBUS).
     reserved: AtomicU64,
+    /// Tests: accesses asked for outside the mapping (each refused); must stay 0, as every
+    /// position is range-checked before it is asked for.
+    #[cfg(test)]
+    stray: std::sync::atomic::AtomicUsize,
 }
 
 /// Blocks reserved at a time ahead of the entry being written.
@@ -242,6 +246,8 @@ impl IndexFile {
                 .try_clone()
                 .map_err(|e| StoreError::io("cannot open", path, e))?,
             reserved: AtomicU64::new(0),
+            #[cfg(test)]
+            stray: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -289,14 +295,29 @@ impl IndexFile {
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().cast::<AtomicU32>(), self.words) }
     }
 
+    /// Word `word` of the mapping, `None` outside it.
+    #[inline]
+    fn word(&self, word: usize) -> Option<&AtomicU32> {
+        let w = self.word_slice().get(word);
+        #[cfg(test)]
+        if w.is_none() {
+            self.stray.fetch_add(1, Ordering::Relaxed);
+        }
+        w
+    }
+
+    /// Tests: how many accesses were asked for outside the mapping.
+    #[cfg(test)]
+    pub(super) fn stray_accesses(&self) -> usize {
+        self.stray.load(Ordering::Relaxed)
+    }
+
     fn get_i32(&self, word: usize, order: Ordering) -> Option<i32> {
-        self.word_slice()
-            .get(word)
-            .map(|a| u32::from_be(a.load(order)) as i32)
+        self.word(word).map(|a| u32::from_be(a.load(order)) as i32)
     }
 
     fn put_i32(&self, word: usize, v: i32, order: Ordering) {
-        if let Some(a) = self.word_slice().get(word) {
+        if let Some(a) = self.word(word) {
             a.store((v as u32).to_be(), order);
         }
     }
@@ -871,5 +892,318 @@ mod tests {
             .select_phy_offsets("T#k", 64, t0 + 100_000, i64::MAX)
             .is_empty());
         let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+/// Property-based fuzzing of the index file parser: files that are valid, mutated, cut short
+/// or made long, or whose header and chains hold extreme values, are loaded and queried (and
+/// written to); nothing panics, no access is asked for outside the mapping, and what was put
+/// into a valid file is found again after reloading it.
+#[cfg(test)]
+mod fuzz_tests {
+    use super::*;
+    use crate::format::index::IndexHeader;
+    use crate::index::IndexService;
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+
+    const T0: i64 = 1_700_000_000_000;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("rmqstore-index-fuzz-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn key(k: u8) -> String {
+        format!("T#k{k}")
+    }
+
+    /// Puts `puts` (key number, milliseconds after the previous put) into a new file of the
+    /// given geometry at `path`; returns the (key number, phy offset) of each put that fitted.
+    fn make_file(
+        path: &Path,
+        slots: i32,
+        entries: i32,
+        seed: Option<(i64, i64)>,
+        puts: &[(u8, i64)],
+    ) -> (IndexFile, Vec<(u8, i64)>) {
+        let (phy0, ts0) = seed.unwrap_or((0, 0));
+        let f = IndexFile::create(path, slots, entries, phy0, ts0).unwrap();
+        let mut done = Vec::new();
+        let mut ts = T0;
+        for (i, &(k, step)) in puts.iter().enumerate() {
+            ts += step;
+            let phy = phy0 + 100 + i as i64 * 10;
+            if f.put_key(&key(k), phy, ts) {
+                done.push((k, phy));
+            }
+        }
+        (f, done)
+    }
+
+    /// Queries, chain counts and puts over `f` with the given keys and windows.
+    fn exercise(f: &IndexFile, keys: &[String], windows: &[(i64, i64)]) {
+        for k in keys {
+            for &(b, e) in windows {
+                let _ = f.select_phy_offsets(k, 64, b, e);
+                let _ = f.select_phy_offsets(k, usize::MAX, b, e);
+                let _ = f.is_time_matched(b, e);
+            }
+            let h = index_key_hash(k);
+            for phy in [0, 100, 110, -1, i64::MAX, i64::MIN] {
+                let _ = f.count_entries(h, phy);
+            }
+            let _ = f.indexed(100);
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let _ = f.put_key(k, i as i64, T0 + i as i64);
+            let _ = f.select_phy_offsets(k, 64, i64::MIN, i64::MAX);
+        }
+        let _ = f.header();
+        let _ = f.is_dirty();
+        f.flush().unwrap();
+    }
+
+    /// Loads the folder as a service and queries and builds through it.
+    fn exercise_service(dir: &Path, slots: i32, entries: i32, keys: &[String]) {
+        let s = IndexService::load(dir, slots, entries).unwrap();
+        s.set_max_msgs_num_batch(usize::MAX);
+        for (j, k) in keys.iter().enumerate() {
+            let _ = s.query_offset("T", k, 64, 0, i64::MAX);
+            let _ = s.query_offset("T", k, usize::MAX, i64::MIN, i64::MAX);
+            s.build_index("T", Some(k), Some(k), 1 << 40 | j as i64, T0, 0)
+                .unwrap();
+            let _ = s.query_offset("T", k, 64, i64::MIN, i64::MAX);
+        }
+        let _ = s.gaps(0);
+        let _ = s.progress();
+        for f in s.files() {
+            assert_eq!(f.stray_accesses(), 0, "{}", f.path().display());
+        }
+        s.flush().unwrap();
+    }
+
+    fn puts() -> impl Strategy<Value = Vec<(u8, i64)>> {
+        proptest::collection::vec((0u8..8, 0i64..3000), 0..48)
+    }
+
+    fn extreme_i32(entries: i32) -> impl Strategy<Value = i32> {
+        prop_oneof![
+            Just(i32::MIN),
+            Just(-1),
+            Just(0),
+            Just(1),
+            Just(entries - 1),
+            Just(entries),
+            Just(entries + 1),
+            Just(i32::MAX),
+            any::<i32>(),
+        ]
+    }
+
+    fn extreme_i64() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            Just(i64::MIN),
+            Just(-1),
+            Just(0),
+            Just(T0),
+            Just(i64::MAX),
+            any::<i64>(),
+        ]
+    }
+
+    fn windows() -> impl Strategy<Value = Vec<(i64, i64)>> {
+        proptest::collection::vec((extreme_i64(), extreme_i64()), 1..4)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 256,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Every put that fitted is found by a query, newest first, after a flush and a reload;
+        /// the header and the chain counts survive the reload too.
+        #[test]
+        fn valid_files_round_trip(
+            slots in 1i32..=16,
+            entries in 2i32..=40,
+            seeded in any::<bool>(),
+            puts in puts(),
+        ) {
+            let d = tmp("roundtrip");
+            let path = d.join("20240101000000000");
+            let seed = seeded.then_some((5000, T0 - 10_000));
+            let (f, done) = make_file(&path, slots, entries, seed, &puts);
+            prop_assert_eq!(done.len(), puts.len().min(entries as usize - 1));
+            let header = f.header();
+            f.flush().unwrap();
+            drop(f);
+            let f = IndexFile::load(&path, slots, entries).unwrap();
+            prop_assert_eq!(f.header(), header);
+            prop_assert!(!f.is_dirty());
+            for k in 0u8..8 {
+                let want: Vec<i64> =
+                    done.iter().rev().filter(|(x, _)| *x == k).map(|(_, p)| *p).collect();
+                prop_assert_eq!(f.select_phy_offsets(&key(k), usize::MAX, 0, i64::MAX), want.clone());
+                for p in &want {
+                    prop_assert_eq!(f.count_entries(index_key_hash(&key(k)), *p), 1);
+                }
+            }
+            prop_assert_eq!(f.stray_accesses(), 0);
+            drop(f);
+            let _ = std::fs::remove_dir_all(&d);
+        }
+
+        /// Messages built through the service (rolling over small files) are all found after a
+        /// reload.
+        #[test]
+        fn service_round_trip(
+            slots in 1i32..=8,
+            entries in 2i32..=10,
+            msgs in proptest::collection::vec((1u8..16, 0i64..3000), 1..40),
+        ) {
+            let d = tmp("svcroundtrip");
+            let dir = d.join("index");
+            let s = IndexService::load(&dir, slots, entries).unwrap();
+            let mut ts = T0;
+            for (i, &(mask, step)) in msgs.iter().enumerate() {
+                ts += step;
+                let keys: Vec<String> =
+                    (0..4).filter(|b| mask & (1 << b) != 0).map(|b| format!("k{b}")).collect();
+                s.build_index("T", Some(&keys.join(" ")), None, i as i64 * 10, ts, 0).unwrap();
+            }
+            s.flush().unwrap();
+            drop(s);
+            let s = IndexService::load(&dir, slots, entries).unwrap();
+            s.set_max_msgs_num_batch(usize::MAX);
+            for b in 0..4u8 {
+                let want: Vec<i64> = (0..msgs.len())
+                    .rev()
+                    .filter(|&i| msgs[i].0 & (1 << b) != 0)
+                    .map(|i| i as i64 * 10)
+                    .collect();
+                let got = s.query_offset("T", &format!("k{b}"), usize::MAX, 0, i64::MAX);
+                prop_assert_eq!(got.phy_offsets, want);
+            }
+            for f in s.files() {
+                prop_assert_eq!(f.stray_accesses(), 0);
+            }
+            drop(s);
+            let _ = std::fs::remove_dir_all(&d);
+        }
+
+        /// A valid file with random bytes flipped (anywhere, or in the header and slots).
+        #[test]
+        fn mutated_files_are_safe(
+            slots in 1i32..=16,
+            entries in 2i32..=40,
+            puts in puts(),
+            flips in proptest::collection::vec((any::<Index>(), any::<bool>(), 1u8..=255), 1..16),
+            windows in windows(),
+        ) {
+            let d = tmp("mutated");
+            let path = d.join("20240101000000000");
+            let (f, _) = make_file(&path, slots, entries, None, &puts);
+            f.flush().unwrap();
+            drop(f);
+            let mut bytes = std::fs::read(&path).unwrap();
+            let front = 40 + slots as usize * 4;
+            for (at, in_front, x) in flips {
+                let i = if in_front { at.index(front) } else { at.index(bytes.len()) };
+                bytes[i] ^= x;
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            let f = IndexFile::load(&path, slots, entries).unwrap();
+            let keys: Vec<String> = (0..8).map(key).collect();
+            exercise(&f, &keys, &windows);
+            prop_assert_eq!(f.stray_accesses(), 0);
+            drop(f);
+            exercise_service(&d, slots, entries, &keys);
+            let _ = std::fs::remove_dir_all(&d);
+        }
+
+        /// Extreme values in the header (counts, timestamps, offsets), the slots and the chain
+        /// links of a file.
+        #[test]
+        fn extreme_header_and_links_are_safe(
+            (slots, entries) in (1i32..=16, 2i32..=40),
+            puts in puts(),
+            counts in (extreme_i32(40), extreme_i32(40)),
+            stamps in (extreme_i64(), extreme_i64(), extreme_i64(), extreme_i64()),
+            links in proptest::collection::vec((any::<Index>(), extreme_i32(40)), 0..24),
+            windows in windows(),
+        ) {
+            let d = tmp("extreme");
+            let path = d.join("20240101000000000");
+            let (f, _) = make_file(&path, slots, entries, None, &puts);
+            f.flush().unwrap();
+            drop(f);
+            let mut bytes = std::fs::read(&path).unwrap();
+            let h = IndexHeader {
+                begin_timestamp: stamps.0,
+                end_timestamp: stamps.1,
+                begin_phy_offset: stamps.2,
+                end_phy_offset: stamps.3,
+                hash_slot_count: counts.0,
+                index_count: counts.1,
+            };
+            bytes[..40].copy_from_slice(&h.to_bytes());
+            // Slots, and the prevIndex and timeDiff words of entries.
+            let words = bytes.len() / 4;
+            for (at, v) in links {
+                let w = 10 + at.index(words - 10);
+                bytes[w * 4..w * 4 + 4].copy_from_slice(&v.to_be_bytes());
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            let f = IndexFile::load(&path, slots, entries).unwrap();
+            prop_assert_eq!(f.header().index_count, counts.1.max(1));
+            let keys: Vec<String> = (0..8).map(key).collect();
+            exercise(&f, &keys, &windows);
+            prop_assert_eq!(f.stray_accesses(), 0);
+            drop(f);
+            exercise_service(&d, slots, entries, &keys);
+            let _ = std::fs::remove_dir_all(&d);
+        }
+
+        /// A file cut short or made longer is refused with an error naming it (by the file and
+        /// by the service; an empty file is a leftover the service sets aside).
+        #[test]
+        fn cut_or_lengthened_files_are_refused(
+            slots in 1i32..=16,
+            entries in 2i32..=40,
+            puts in puts(),
+            len in any::<Index>(),
+        ) {
+            let d = tmp("cut");
+            let path = d.join("20240101000000000");
+            let (f, _) = make_file(&path, slots, entries, None, &puts);
+            f.flush().unwrap();
+            drop(f);
+            let mut bytes = std::fs::read(&path).unwrap();
+            let size = bytes.len();
+            let len = len.index(2 * size + 64);
+            prop_assume!(len != size);
+            bytes.resize(len, 0x5a);
+            std::fs::write(&path, &bytes).unwrap();
+            match IndexFile::load(&path, slots, entries) {
+                Err(StoreError::Corrupted { path: p, reason }) => {
+                    prop_assert_eq!(&p, &path);
+                    let want = format!("index file is {len} bytes, expected {size}");
+                    prop_assert!(reason.starts_with(&want), "{}", reason);
+                }
+                other => prop_assert!(false, "{:?}", other),
+            }
+            match IndexService::load(&d, slots, entries) {
+                Ok(s) if len == 0 => prop_assert!(s.files().is_empty()),
+                Err(StoreError::Corrupted { path: p, .. }) if len > 0 => prop_assert_eq!(&p, &path),
+                other => prop_assert!(false, "{:?}", other),
+            }
+            let _ = std::fs::remove_dir_all(&d);
+        }
     }
 }
