@@ -558,7 +558,17 @@ mod tests {
         /// The name after a 17-digit name is later, one millisecond later for a civil time
         /// whose milliseconds are not 999, and missing only past the last representable one.
         #[test]
-        fn next_file_name_is_later(n in 0u64..=99_999_999_999_999_999) {
+        fn next_file_name_is_later(n in prop_oneof![
+            0u64..=99_999_999_999_999_999,
+            99_999_999_999_999_000u64..=99_999_999_999_999_999,
+            // Civil times, often at the end of a second, day, month or year.
+            (0u64..=9999, 1u64..=12, 1u64..=31, 0u64..24, 0u64..60, 0u64..60,
+                prop_oneof![Just(999u64), 0u64..1000], any::<bool>())
+                .prop_map(|(y, mo, d, h, mi, s, ms, last)| {
+                    let (h, mi, s) = if last { (23, 59, 59) } else { (h, mi, s) };
+                    ((((((y * 100 + mo) * 100 + d) * 100 + h) * 100 + mi) * 100 + s) * 1000) + ms
+                }),
+        ]) {
             let name = format!("{n:017}");
             match next_index_file_name(&name) {
                 Some(next) => {
