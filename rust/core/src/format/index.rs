@@ -30,9 +30,9 @@ pub(crate) const DEFAULT_MAX_INDEX_NUM: i32 = 20_000_000;
 /// Length of an index file name (`yyyyMMddHHmmssSSS`).
 pub(crate) const INDEX_FILE_NAME_LEN: usize = 17;
 /// Length of the name of a file that re-indexes a gap between two files (see
-/// [`crate::index::IndexService::fill_gap`]): the 17-digit name of the file before the gap and one digit,
-/// so that it sorts between its neighbours (RocketMQ and rmqstore both order index files by
-/// name, and RocketMQ only parses the name as a number).
+/// [`crate::index::IndexService::fill_gap`]): the 17-digit name of the file before the gap and
+/// one digit, so that it sorts between its neighbours (RocketMQ and rmqstore both order index
+/// files by name, and RocketMQ only parses the name as a number).
 pub(crate) const GAP_FILE_NAME_LEN: usize = 18;
 
 // Word (4-byte) positions of the header fields.

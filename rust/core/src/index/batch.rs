@@ -7,9 +7,10 @@ use crate::format::index::{
 use crate::format::message::sysflag;
 
 /// Index keys of dispatched messages waiting to be put together by
-/// [`super::IndexService::build_batch`]. [`IndexBatch::add`] only copies the key text; splitting and
-/// hashing happen in [`IndexBatch::hash_pending`] (when dispatch runs on two threads, on the
-/// parsing thread as a batch is handed over: the index writer is the busier of the two).
+/// [`super::IndexService::build_batch`]. [`IndexBatch::add`] only copies the key text;
+/// splitting and hashing happen in [`IndexBatch::hash_pending`] (when dispatch runs on two
+/// threads, on the parsing thread as a batch is handed over: the index writer is the busier of
+/// the two).
 #[derive(Debug, Default)]
 pub(crate) struct IndexBatch {
     pub(super) hashes: Vec<i32>,

@@ -81,10 +81,11 @@ impl IndexService {
     /// Puts the entries that the messages of `batch` (the messages of `gap`, in commitlog order)
     /// lack into new files between the gap's neighbours: every key of a message inside the gap,
     /// and the keys of the boundary messages that their file does not hold. A gap file is named
-    /// after the file before it with one more digit (see [`crate::format::index::GAP_FILE_NAME_LEN`]), so that name
-    /// order stays offset and time order for RocketMQ and rmqstore, and is seeded like a file
-    /// made by a roll. Returns how many entries were written. When the nine names between the
-    /// neighbours are used up, the rest stays unindexed (logged).
+    /// after the file before it with one more digit (see
+    /// [`crate::format::index::GAP_FILE_NAME_LEN`]), so that name order stays offset and time
+    /// order for RocketMQ and rmqstore, and is seeded like a file made by a roll. Returns how
+    /// many entries were written. When the nine names between the neighbours are used up, the
+    /// rest stays unindexed (logged).
     pub(crate) fn fill_gap(&self, gap: &IndexGap, batch: &mut IndexBatch) -> Result<usize> {
         batch.hash_pending();
         let mut missing: Vec<(i64, i64, Vec<i32>)> = Vec::new();
