@@ -291,7 +291,7 @@ pub const PARALLEL_DISPATCH_BYTES: i64 = 4 * 1024 * 1024;
 /// Dispatches from `*from` up to the confirm offset, at most about `max_bytes` of records. For a
 /// large backlog this thread parses the records, builds the consume queues and hashes the index
 /// keys, and a second thread puts the keys into the index; the offset moves once both are done.
-pub fn reput(
+pub(crate) fn reput(
     commitlog: &CommitLog,
     cqs: &ConsumeQueueStore,
     index: Option<&IndexService>,
@@ -478,7 +478,7 @@ pub const GAP_SCAN_RECORDS: usize = 20_000;
 /// opens an existing file of that name, so when two files are made within one millisecond the
 /// second overwrites the first and the first's keys are lost, though the store was closed
 /// cleanly. Dispatch never sees them again (it resumes after the last indexed message).
-pub fn fill_index_gaps(commitlog: &CommitLog, index: &IndexService) -> Result<usize> {
+pub(crate) fn fill_index_gaps(commitlog: &CommitLog, index: &IndexService) -> Result<usize> {
     let min = commitlog.min_offset();
     let end = commitlog.confirm_offset();
     if min < 0 || end <= min {

@@ -10,6 +10,7 @@
 //! - [`compression`]: compressed bodies.
 //! - `cq_unit`: the 20-byte consume queue unit.
 //! - `checkpoint`: the fields of the `checkpoint` file.
+//! - `index`: the index file layout (header, slots, entries), key hashes and file names.
 //! - `bytes`: big-endian field reads.
 //!
 //! The rest of the crate takes these through the re-exports below (`crate::format::...`).
@@ -20,6 +21,7 @@ pub mod compression;
 mod cq_unit;
 mod decode;
 mod encode;
+pub(crate) mod index;
 mod message;
 mod properties;
 mod record;

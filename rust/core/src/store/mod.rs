@@ -1083,7 +1083,7 @@ impl MessageStore {
             let mut want = max_num.saturating_mul(4).max(16);
             let mut checked = 0;
             let indexed_key = if by_tag {
-                format!("{}{key}", crate::index::TAG_KEY_INFIX)
+                format!("{}{key}", crate::format::index::TAG_KEY_INFIX)
             } else {
                 key.to_owned()
             };
