@@ -180,7 +180,7 @@ def test_unknown_setting_is_a_type_error(store_path: Path) -> None:
     # A RocketMQ setting not offered yet says so instead of being ignored.
     with pytest.raises(rmqstore.UnknownSettingError, match="not implemented yet"):
         MessageStore(store_path, file_reserved_time=72)
-    with pytest.raises(TypeError):
+    with pytest.raises(rmqstore.UnknownSettingError, match="unknown_setting"):
         StoreConfig(unknown_setting=1)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="unknown_setting"):
         StoreConfig().replace(unknown_setting=1)
@@ -205,6 +205,11 @@ def test_unknown_setting_names_the_closest_one(store_path: Path) -> None:
         "unknown store setting(s): index_tag, max_mesage_size, zzz; "
         "did you mean index_tags for index_tag, max_message_size for max_mesage_size?"
     )
+    # Building the config directly says the same (a dataclass alone raises a bare TypeError).
+    with pytest.raises(rmqstore.UnknownSettingError) as direct:
+        StoreConfig(flush_disk_typ="SYNC_FLUSH")  # type: ignore[call-arg]
+    assert str(direct.value) == str(info.value)
+    assert StoreConfig(flush_disk_type="SYNC_FLUSH").flush_disk_type == "SYNC_FLUSH"
     with pytest.raises(TypeError) as nothing_close:
         StoreConfig().replace(zzz=1)
     assert str(nothing_close.value) == "unknown store setting(s): zzz"

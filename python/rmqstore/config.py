@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import ipaddress
 import os
 import re
@@ -262,16 +263,37 @@ class StoreConfig:
     def replace(self, **overrides: Any) -> StoreConfig:
         """A copy with some settings changed; an unknown name raises
         :class:`UnknownSettingError` (a ``TypeError``)."""
-        names = [f.name for f in dataclasses.fields(self)]
-        unknown = sorted(set(overrides) - set(names))
-        if unknown:
-            hint = _did_you_mean(unknown, names)
-            hint += "".join(f" ({_NOT_YET[n]})" for n in unknown if n in _NOT_YET)
-            raise UnknownSettingError(
-                f"unknown store setting(s): {', '.join(unknown)}{hint}", unknown[0]
-            )
+        _check_names(overrides)
         return dataclasses.replace(self, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (what the Rust core reads)."""
         return dataclasses.asdict(self)
+
+
+def _check_names(settings: dict[str, Any]) -> None:
+    """Raise :class:`UnknownSettingError`, with a hint, if a name is not a setting."""
+    names = [f.name for f in dataclasses.fields(StoreConfig)]
+    unknown = sorted(set(settings) - set(names))
+    if unknown:
+        hint = _did_you_mean(unknown, names)
+        hint += "".join(f" ({_NOT_YET[n]})" for n in unknown if n in _NOT_YET)
+        raise UnknownSettingError(
+            f"unknown store setting(s): {', '.join(unknown)}{hint}", unknown[0]
+        )
+
+
+def _init_naming_unknown_settings(init: Any) -> Any:
+    """The dataclass's ``__init__``, refusing an unknown keyword with :class:`UnknownSettingError`
+    and its hint ("did you mean flush_disk_type?") instead of the bare ``TypeError`` of an
+    unexpected keyword; type checkers still see the generated signature."""
+
+    @functools.wraps(init)
+    def checked(self: StoreConfig, *args: Any, **settings: Any) -> None:
+        _check_names(settings)
+        init(self, *args, **settings)
+
+    return checked
+
+
+StoreConfig.__init__ = _init_naming_unknown_settings(StoreConfig.__init__)  # type: ignore[method-assign]
