@@ -63,7 +63,7 @@ impl ColumnVec {
         }
     }
 
-    /// Gives the vector to the pool of dropped batches ([`crate::read::vec_pool`]).
+    /// Gives the vector to the pool of dropped batches (`read::vec_pool`).
     pub fn recycle(self) {
         match self {
             ColumnVec::U8(v) => vec_pool::recycle(v),
@@ -232,7 +232,7 @@ impl BatchColumns {
     }
 
     /// Every column vector with its name, in one list: what the binding hands to Python and
-    /// what [`BatchColumns::recycle`] gives back to the pool.
+    /// what `BatchColumns::recycle` gives back to the pool.
     pub fn into_named(self) -> [(&'static str, ColumnVec); 20] {
         use ColumnVec::{I32, I64, U8};
         let c = self;
