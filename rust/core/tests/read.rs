@@ -1228,7 +1228,6 @@ fn query_is_exact_under_key_hash_collisions_and_newest_first() {
             bb.push(put(&store, &message("Q", 0, b"b", None, &["BB"], &[])));
         }
     }
-    let first = aa[0].wrote_offset;
     for _ in 0..80 {
         bb.push(put(&store, &message("Q", 0, b"b", None, &["BB"], &[])));
     }
@@ -1243,12 +1242,11 @@ fn query_is_exact_under_key_hash_collisions_and_newest_first() {
         query(&store, "Q", "BB", 3, 0, i64::MAX),
         newest_first(&bb)[..3]
     );
+    // 82 newer "BB" entries come first in the slot chain: they do not crowd out the "Aa".
     assert_eq!(
         query(&store, "Q", "Aa", 1, 0, i64::MAX),
         [aa.last().unwrap().wrote_offset]
     );
-    let oldest = query(&store, "Q", "Aa", 32, 0, aa[0].store_timestamp);
-    assert_eq!(oldest.last(), Some(&first));
     store.close().unwrap();
 }
 
