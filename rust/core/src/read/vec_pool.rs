@@ -13,14 +13,14 @@
 use std::sync::Mutex;
 
 /// Most bytes of capacity the pool keeps (about two batches of 65,536 small messages).
-pub const POOL_MAX_BYTES: usize = 64 << 20;
+pub(crate) const POOL_MAX_BYTES: usize = 64 << 20;
 
 /// Vectors smaller than this are freed, not kept: the allocator reuses small blocks well.
-pub const POOL_MIN_BYTES: usize = 64 << 10;
+pub(crate) const POOL_MIN_BYTES: usize = 64 << 10;
 
 /// Kept vectors by element type, and the bytes of capacity they hold.
 #[derive(Debug, Default)]
-pub struct VecPool {
+pub(crate) struct VecPool {
     u8s: Vec<Vec<u8>>,
     i32s: Vec<Vec<i32>>,
     i64s: Vec<Vec<i64>>,
@@ -28,7 +28,7 @@ pub struct VecPool {
 }
 
 /// Element types the pool keeps.
-pub trait Pooled: Copy + Sized {
+pub(crate) trait Pooled: Copy + Sized {
     fn list(pool: &mut VecPool) -> &mut Vec<Vec<Self>>;
 }
 
@@ -70,7 +70,7 @@ impl VecPool {
     /// An empty vector with room for `capacity` elements: the smallest kept one that has it
     /// (and not over four times as much, so a small read does not hold a large block), else a
     /// new one.
-    pub fn take<T: Pooled>(&mut self, capacity: usize) -> Vec<T> {
+    pub(crate) fn take<T: Pooled>(&mut self, capacity: usize) -> Vec<T> {
         let most = capacity
             .saturating_mul(4)
             .max(POOL_MIN_BYTES / std::mem::size_of::<T>());
@@ -103,20 +103,15 @@ impl VecPool {
         T::list(self).push(v);
         None
     }
-
-    /// Bytes of capacity kept.
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
 }
 
 /// Runs `f` with the process-wide pool locked (one lock for all the vectors of a read).
-pub fn with_pool<R>(f: impl FnOnce(&mut VecPool) -> R) -> R {
+pub(crate) fn with_pool<R>(f: impl FnOnce(&mut VecPool) -> R) -> R {
     f(&mut pool())
 }
 
 /// Gives a vector no longer used to the pool (freed when the pool does not keep it).
-pub fn recycle<T: Pooled>(v: Vec<T>) {
+pub(crate) fn recycle<T: Pooled>(v: Vec<T>) {
     let refused = pool().keep(v);
     // Freed outside the lock.
     drop(refused);
@@ -140,7 +135,7 @@ mod tests {
         assert!(p.keep(big).is_none());
         assert!(p.keep(Vec::<u8>::with_capacity(1 << 20)).is_none());
         assert!(p.keep(Vec::<i64>::with_capacity(1 << 17)).is_none());
-        assert_eq!(p.bytes(), (4 << 20) + (1 << 20) + (1 << 20));
+        assert_eq!(p.bytes, (4 << 20) + (1 << 20) + (1 << 20));
         // Best fit, emptied.
         let v: Vec<u8> = p.take(512 << 10);
         assert_eq!((v.len(), v.capacity()), (0, 1 << 20));
@@ -157,12 +152,12 @@ mod tests {
         assert_eq!(v.capacity(), 1);
         let v: Vec<i64> = p.take(1 << 16);
         assert_eq!(v.capacity(), 1 << 17);
-        assert_eq!(p.bytes(), 0);
+        assert_eq!(p.bytes, 0);
         // The total is capped.
         for _ in 0..(POOL_MAX_BYTES / (4 << 20)) {
             assert!(p.keep(Vec::<u8>::with_capacity(4 << 20)).is_none());
         }
         assert!(p.keep(Vec::<u8>::with_capacity(4 << 20)).is_some());
-        assert!(p.bytes() <= POOL_MAX_BYTES);
+        assert!(p.bytes <= POOL_MAX_BYTES);
     }
 }

@@ -1,0 +1,191 @@
+//! `read_batch`: a bulk read of one queue into Arrow columns, on one thread or, for a large
+//! read, two.
+
+use crate::commitlog::CommitLog;
+use crate::error::{Result, StoreError};
+use crate::format::{body_crc_matches, view_record};
+use crate::queue::consume_queue::ConsumeQueue;
+
+use super::columns::{BatchColumns, PropsSplit};
+
+/// Most bytes of bodies (and of any other variable column) one bulk read returns, so that the
+/// i32 offsets of the Arrow columns cannot overflow.
+pub(crate) const READ_BATCH_MAX_BYTES: usize = 512 * 1024 * 1024;
+
+/// Units from which a bulk read is split over two threads.
+pub const PARALLEL_READ_UNITS: usize = 16 * 1024;
+
+/// What a bulk read builds and checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReadOptions {
+    /// Build the `properties` column (the other columns are always built).
+    pub include_properties: bool,
+    /// Verify each record's body CRC.
+    pub check_crc: bool,
+    /// Give compressed bodies back decompressed.
+    pub decompress: bool,
+}
+
+/// Bulk read of a queue from `offset`: up to `max_msgs` messages as Arrow column buffers,
+/// across consume queue segments. Units whose records are gone (their segment deleted) are
+/// skipped; a unit whose record is there but damaged (not the unit's message, or a body CRC
+/// mismatch with `check_crc`), or whose body cannot be decompressed, fails the read with a
+/// [`StoreError::CorruptRecord`] naming the segment, the offset and the queue offset. A large
+/// read is built by two threads, each over half of the units, and joined.
+pub(crate) fn read_batch(
+    commitlog: &CommitLog,
+    cq: &ConsumeQueue,
+    offset: i64,
+    max_msgs: usize,
+    opts: ReadOptions,
+) -> Result<BatchColumns> {
+    let max = cq.max_offset();
+    let start = offset.max(cq.min_offset());
+    // Any count, however large, asks for at most the rest of the queue.
+    let max_msgs_i64 = i64::try_from(max_msgs).unwrap_or(i64::MAX);
+    let n = max.saturating_sub(start).clamp(0, max_msgs_i64) as usize;
+    if n < PARALLEL_READ_UNITS {
+        return read_range(commitlog, cq, start, max, max_msgs, n, opts);
+    }
+    let mid = start + (n / 2) as i64;
+    let second_half = || {
+        read_range(
+            commitlog,
+            cq,
+            mid,
+            start + n as i64,
+            n - n / 2,
+            n - n / 2,
+            opts,
+        )
+    };
+    let (first, second) = std::thread::scope(|s| {
+        let second = std::thread::Builder::new().spawn_scoped(s, second_half);
+        // The first half's vectors have room for both, so the join never regrows them (a
+        // regrown vector's new pages would be faulted in afresh).
+        let first = read_range(commitlog, cq, start, mid, n / 2, n, opts);
+        // No thread could be started: this one reads the second half too.
+        let second = match second {
+            Ok(j) => j.join().ok(),
+            Err(_) => Some(second_half()),
+        };
+        (first, second)
+    });
+    let mut first = match first {
+        Ok(first) => first,
+        Err(e) => {
+            if let Some(Ok(second)) = second {
+                second.recycle();
+            }
+            return Err(e);
+        }
+    };
+    match second {
+        Some(Ok(second)) => {
+            // When the first half stopped early (size cap), the second would leave a gap.
+            if first.next_offset >= mid {
+                first.append(&second);
+            }
+            second.recycle();
+        }
+        Some(Err(e)) => {
+            first.recycle();
+            return Err(e);
+        }
+        None => {}
+    }
+    Ok(first)
+}
+
+/// Reads units `[start, limit)`, at most `max_rows` messages, into vectors with room for the
+/// `room` units from `start` (at least the rows read).
+fn read_range(
+    commitlog: &CommitLog,
+    cq: &ConsumeQueue,
+    start: i64,
+    limit: i64,
+    max_rows: usize,
+    room: usize,
+    opts: ReadOptions,
+) -> Result<BatchColumns> {
+    let n = limit
+        .saturating_sub(start)
+        .clamp(0, i64::try_from(max_rows).unwrap_or(i64::MAX)) as usize;
+    let room = room.max(n);
+    // Size the body column from the record sizes in the queue so it never regrows.
+    let mut bytes = 0usize;
+    if room > 0 {
+        cq.scan(start, start + room as i64, |u| {
+            bytes += u.size.max(0) as usize;
+            true
+        });
+    }
+    let mut cols = BatchColumns::with_capacity(room, bytes.min(READ_BATCH_MAX_BYTES));
+    let mut next = start;
+    let mut file: Option<std::sync::Arc<crate::file::mapped_file::MappedFile>> = None;
+    let mut split = PropsSplit::default();
+    let mut failed: Option<StoreError> = None;
+    cq.scan(start, limit, |u| {
+        if cols.rows >= max_rows {
+            return false;
+        }
+        next = u.queue_offset + 1;
+        if u.is_pre_blank() {
+            return true;
+        }
+        let in_file = file.as_ref().is_some_and(|f| {
+            u.phy_offset >= f.file_from_offset()
+                && u.phy_offset < f.file_from_offset() + f.file_size()
+        });
+        if !in_file {
+            file = commitlog.queue().find_by_offset(u.phy_offset);
+        }
+        let Some(f) = file.as_ref() else {
+            return true;
+        };
+        let Some(data) = f.read(u.phy_offset - f.file_from_offset(), i64::from(u.size)) else {
+            return true;
+        };
+        let damaged = |reason: String| {
+            StoreError::corrupt_record(
+                f.path(),
+                u.phy_offset,
+                format!(
+                    "{reason} (queue {}/{} offset {})",
+                    cq.topic(),
+                    cq.queue_id(),
+                    u.queue_offset
+                ),
+            )
+        };
+        let Some(d) = view_record(data).filter(|d| d.physical_offset == u.phy_offset) else {
+            failed = Some(damaged(format!(
+                "the consume queue unit points at {} bytes that are not its message record",
+                u.size
+            )));
+            return false;
+        };
+        if opts.check_crc && !body_crc_matches(d.body, d.body_crc) {
+            failed = Some(damaged(format!(
+                "its body CRC is {:#010x} but its {}-byte body has {:#010x}",
+                d.body_crc,
+                d.body.len(),
+                crate::util::masked_crc32(d.body)
+            )));
+            return false;
+        }
+        if let Err(e) = cols.push(&d, cq.queue_id(), u.phy_offset, opts, &mut split) {
+            failed = Some(damaged(e.0));
+            return false;
+        }
+        // The size cap: stop after this row.
+        cols.body_data.len() <= READ_BATCH_MAX_BYTES / 2
+            && cols.props_value_data.len() <= READ_BATCH_MAX_BYTES / 2
+    });
+    if let Some(e) = failed {
+        cols.recycle();
+        return Err(e);
+    }
+    cols.next_offset = next;
+    Ok(cols)
+}

@@ -1,0 +1,465 @@
+//! The Arrow columns of a bulk read: the column vectors, how one record becomes a row (with
+//! the split of the last record's properties kept for the next), and how two halves read on
+//! two threads are joined.
+
+use crate::format::compression::{decompress_into, DecompressError};
+use crate::format::{for_each_property, keep_last_of_each, sysflag, RecordView};
+
+use super::batch::ReadOptions;
+use super::vec_pool;
+
+/// Columns of a bulk read, laid out as Arrow buffers (little-endian values and i32 offsets, as
+/// the Arrow format requires; these are in-memory buffers handed to pyarrow, not a file format).
+#[derive(Debug, Default, Clone)]
+pub struct BatchColumns {
+    pub rows: usize,
+    /// Queue offset after the last unit read (where the next read starts).
+    pub next_offset: i64,
+    pub topic_offsets: Vec<i32>,
+    pub topic_data: Vec<u8>,
+    pub queue_id: Vec<i32>,
+    pub queue_offset: Vec<i64>,
+    pub commit_log_offset: Vec<i64>,
+    pub store_timestamp: Vec<i64>,
+    pub born_timestamp: Vec<i64>,
+    /// Validity bitmap of `tags` (bit set = present).
+    pub tags_valid: Vec<u8>,
+    pub tags_offsets: Vec<i32>,
+    pub tags_data: Vec<u8>,
+    /// `keys`: list offsets into the key strings.
+    pub keys_list_offsets: Vec<i32>,
+    pub keys_offsets: Vec<i32>,
+    pub keys_data: Vec<u8>,
+    /// `properties`: map offsets into the key/value strings.
+    pub props_map_offsets: Vec<i32>,
+    pub props_key_offsets: Vec<i32>,
+    pub props_key_data: Vec<u8>,
+    pub props_value_offsets: Vec<i32>,
+    pub props_value_data: Vec<u8>,
+    pub body_offsets: Vec<i32>,
+    pub body_data: Vec<u8>,
+}
+
+/// One column vector of a bulk read, by element type.
+#[derive(Debug)]
+pub enum ColumnVec {
+    U8(Vec<u8>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+}
+
+impl ColumnVec {
+    /// The bytes of the vector, in this host's byte order: an in-memory Arrow buffer (Arrow's
+    /// in-memory format is native-endian), never written to disk.
+    pub fn bytes(&self) -> &[u8] {
+        fn raw<T: Copy>(v: &[T]) -> &[u8] {
+            // SAFETY: plain integers without padding; the length covers exactly the elements.
+            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+        }
+        match self {
+            ColumnVec::U8(v) => v,
+            ColumnVec::I32(v) => raw(v),
+            ColumnVec::I64(v) => raw(v),
+        }
+    }
+
+    /// Gives the vector to the pool of dropped batches (`read::vec_pool`).
+    pub fn recycle(self) {
+        match self {
+            ColumnVec::U8(v) => vec_pool::recycle(v),
+            ColumnVec::I32(v) => vec_pool::recycle(v),
+            ColumnVec::I64(v) => vec_pool::recycle(v),
+        }
+    }
+}
+
+/// Appends the offsets of a column read right after `dst`'s, rebased onto its end.
+fn append_offsets(dst: &mut Vec<i32>, src: &[i32]) {
+    let base = dst.last().copied().unwrap_or(0);
+    dst.extend(src.iter().skip(1).map(|o| o + base));
+}
+
+#[inline(always)]
+fn push_str(offsets: &mut Vec<i32>, data: &mut Vec<u8>, s: &[u8]) {
+    extend_small(data, s);
+    offsets.push(data.len() as i32);
+}
+
+/// `data.extend_from_slice(s)`, without a call into `memcpy` for the short strings most
+/// columns hold (tags, keys, property names and values): up to 16 bytes are copied as two
+/// overlapping loads and stores of 8 (or 4) bytes, both inside `s` and inside the room.
+#[inline(always)]
+fn extend_small(data: &mut Vec<u8>, s: &[u8]) {
+    let n = s.len();
+    if n > 16 || data.capacity() - data.len() < n {
+        data.extend_from_slice(s);
+        return;
+    }
+    let len = data.len();
+    // SAFETY: the destination has room for `n` bytes after `len` (checked above); every read
+    // is inside `s` and every write inside `[len, len + n)`; unaligned accesses are used.
+    unsafe {
+        let src = s.as_ptr();
+        let dst = data.as_mut_ptr().add(len);
+        if n >= 8 {
+            let head = src.cast::<u64>().read_unaligned();
+            let tail = src.add(n - 8).cast::<u64>().read_unaligned();
+            dst.cast::<u64>().write_unaligned(head);
+            dst.add(n - 8).cast::<u64>().write_unaligned(tail);
+        } else if n >= 4 {
+            let head = src.cast::<u32>().read_unaligned();
+            let tail = src.add(n - 4).cast::<u32>().read_unaligned();
+            dst.cast::<u32>().write_unaligned(head);
+            dst.add(n - 4).cast::<u32>().write_unaligned(tail);
+        } else if n > 0 {
+            // 1 to 3 bytes: first, middle and last (overlapping when fewer).
+            *dst = *src;
+            *dst.add(n / 2) = *src.add(n / 2);
+            *dst.add(n - 1) = *src.add(n - 1);
+        }
+        data.set_len(len + n);
+    }
+}
+
+impl BatchColumns {
+    /// No rows.
+    pub(crate) fn empty() -> BatchColumns {
+        BatchColumns::with_capacity(0, 0)
+    }
+
+    /// Appends the rows of `other` (read right after these). The bodies, most of the bytes,
+    /// are copied by a second thread while this one copies the other columns (on this thread
+    /// too when no thread can be started).
+    pub(super) fn append(&mut self, other: &BatchColumns) {
+        fn bodies(dst: &mut (Vec<i32>, Vec<u8>), other: &BatchColumns) {
+            append_offsets(&mut dst.0, &other.body_offsets);
+            dst.1.extend_from_slice(&other.body_data);
+        }
+        let mut body = (
+            std::mem::take(&mut self.body_offsets),
+            std::mem::take(&mut self.body_data),
+        );
+        let copied = std::thread::scope(|s| {
+            let job = std::thread::Builder::new().spawn_scoped(s, || bodies(&mut body, other));
+            self.append_except_bodies(other);
+            match job {
+                Ok(j) => j.join().map_err(std::panic::resume_unwind).is_ok(),
+                Err(_) => false,
+            }
+        });
+        if !copied {
+            bodies(&mut body, other);
+        }
+        (self.body_offsets, self.body_data) = body;
+    }
+
+    /// [`BatchColumns::append`] of every column but the bodies.
+    fn append_except_bodies(&mut self, other: &BatchColumns) {
+        for r in 0..other.rows {
+            let row = self.rows + r;
+            if row.is_multiple_of(8) {
+                self.tags_valid.push(0);
+            }
+            if other.tags_valid[r / 8] & (1 << (r % 8)) != 0 {
+                self.tags_valid[row / 8] |= 1 << (row % 8);
+            }
+        }
+        append_offsets(&mut self.topic_offsets, &other.topic_offsets);
+        append_offsets(&mut self.tags_offsets, &other.tags_offsets);
+        append_offsets(&mut self.keys_offsets, &other.keys_offsets);
+        append_offsets(&mut self.keys_list_offsets, &other.keys_list_offsets);
+        append_offsets(&mut self.props_key_offsets, &other.props_key_offsets);
+        append_offsets(&mut self.props_value_offsets, &other.props_value_offsets);
+        append_offsets(&mut self.props_map_offsets, &other.props_map_offsets);
+        self.topic_data.extend_from_slice(&other.topic_data);
+        self.tags_data.extend_from_slice(&other.tags_data);
+        self.keys_data.extend_from_slice(&other.keys_data);
+        self.props_key_data.extend_from_slice(&other.props_key_data);
+        self.props_value_data
+            .extend_from_slice(&other.props_value_data);
+        self.queue_id.extend_from_slice(&other.queue_id);
+        self.queue_offset.extend_from_slice(&other.queue_offset);
+        self.commit_log_offset
+            .extend_from_slice(&other.commit_log_offset);
+        self.store_timestamp
+            .extend_from_slice(&other.store_timestamp);
+        self.born_timestamp.extend_from_slice(&other.born_timestamp);
+        self.rows += other.rows;
+        self.next_offset = other.next_offset;
+    }
+
+    /// Room for `n` rows and `body_bytes` of bodies, in vectors from the pool of dropped
+    /// batches ([`crate::read::vec_pool`]) where it has them.
+    pub(super) fn with_capacity(n: usize, body_bytes: usize) -> BatchColumns {
+        let mut c = vec_pool::with_pool(|p| BatchColumns {
+            topic_offsets: p.take(n + 1),
+            topic_data: p.take(n * 16),
+            queue_id: p.take(n),
+            queue_offset: p.take(n),
+            commit_log_offset: p.take(n),
+            store_timestamp: p.take(n),
+            born_timestamp: p.take(n),
+            tags_valid: p.take(n / 8 + 1),
+            tags_offsets: p.take(n + 1),
+            tags_data: p.take(n * 8),
+            keys_list_offsets: p.take(n + 1),
+            keys_offsets: p.take(n * 2 + 1),
+            keys_data: p.take(n * 16),
+            props_map_offsets: p.take(n + 1),
+            // Room for two properties a row (tags and keys, the usual ones) without regrowing.
+            props_key_offsets: p.take(n * 2 + 1),
+            props_key_data: p.take(n * 8),
+            props_value_offsets: p.take(n * 2 + 1),
+            props_value_data: p.take(n * 16),
+            body_offsets: p.take(n + 1),
+            body_data: p.take(body_bytes),
+            rows: 0,
+            next_offset: 0,
+        });
+        for v in [
+            &mut c.topic_offsets,
+            &mut c.tags_offsets,
+            &mut c.keys_list_offsets,
+            &mut c.keys_offsets,
+            &mut c.props_map_offsets,
+            &mut c.props_key_offsets,
+            &mut c.props_value_offsets,
+            &mut c.body_offsets,
+        ] {
+            v.push(0);
+        }
+        c
+    }
+
+    /// Every column vector with its name, in one list: what the binding hands to Python and
+    /// what `BatchColumns::recycle` gives back to the pool.
+    pub fn into_named(self) -> [(&'static str, ColumnVec); 20] {
+        use ColumnVec::{I32, I64, U8};
+        let c = self;
+        [
+            ("topic_offsets", I32(c.topic_offsets)),
+            ("topic_data", U8(c.topic_data)),
+            ("queue_id", I32(c.queue_id)),
+            ("queue_offset", I64(c.queue_offset)),
+            ("commit_log_offset", I64(c.commit_log_offset)),
+            ("store_timestamp", I64(c.store_timestamp)),
+            ("born_timestamp", I64(c.born_timestamp)),
+            ("tags_valid", U8(c.tags_valid)),
+            ("tags_offsets", I32(c.tags_offsets)),
+            ("tags_data", U8(c.tags_data)),
+            ("keys_list_offsets", I32(c.keys_list_offsets)),
+            ("keys_offsets", I32(c.keys_offsets)),
+            ("keys_data", U8(c.keys_data)),
+            ("props_map_offsets", I32(c.props_map_offsets)),
+            ("props_key_offsets", I32(c.props_key_offsets)),
+            ("props_key_data", U8(c.props_key_data)),
+            ("props_value_offsets", I32(c.props_value_offsets)),
+            ("props_value_data", U8(c.props_value_data)),
+            ("body_offsets", I32(c.body_offsets)),
+            ("body_data", U8(c.body_data)),
+        ]
+    }
+
+    /// Gives every vector to the pool of dropped batches, for the next reads.
+    pub(crate) fn recycle(self) {
+        for (_, v) in self.into_named() {
+            v.recycle();
+        }
+    }
+
+    /// Appends the row of record `d`; with `decompress`, a compressed body is appended
+    /// decompressed. An undecompressible body leaves every column as it was.
+    pub(super) fn push(
+        &mut self,
+        d: &RecordView<'_>,
+        queue_id: i32,
+        phy_offset: i64,
+        opts: ReadOptions,
+        split: &mut PropsSplit,
+    ) -> Result<(), DecompressError> {
+        // The body first: it is the only part that can fail.
+        if opts.decompress && d.sys_flag & sysflag::COMPRESSED != 0 {
+            decompress_into(d.sys_flag, d.body, &mut self.body_data)?;
+            self.body_offsets.push(self.body_data.len() as i32);
+        } else {
+            push_str(&mut self.body_offsets, &mut self.body_data, d.body);
+        }
+        let include_properties = opts.include_properties;
+        let row = self.rows;
+        push_str(&mut self.topic_offsets, &mut self.topic_data, d.topic);
+        self.queue_id.push(queue_id);
+        self.queue_offset.push(d.queue_offset);
+        self.commit_log_offset.push(phy_offset);
+        self.store_timestamp.push(d.store_timestamp);
+        self.born_timestamp.push(d.born_timestamp);
+        if row.is_multiple_of(8) {
+            self.tags_valid.push(0);
+        }
+        let props = d.properties;
+        let at = |(start, end): Span| &props[start as usize..end as usize];
+        let (pk_offsets, pk_data) = (&mut self.props_key_offsets, &mut self.props_key_data);
+        let (pv_offsets, pv_data) = (&mut self.props_value_offsets, &mut self.props_value_data);
+        let tags: Option<&[u8]>;
+        if split.reusable(props) {
+            if include_properties {
+                for &(k, v) in &split.pairs {
+                    push_str(pk_offsets, pk_data, at(k));
+                    push_str(pv_offsets, pv_data, at(v));
+                }
+            }
+            tags = split.tags.map(at);
+            for &k in &split.keys {
+                push_str(&mut self.keys_offsets, &mut self.keys_data, at(k));
+            }
+        } else {
+            let record = split.begin(props);
+            let span = |f: &[u8]| -> Span {
+                let start = f.as_ptr() as usize - props.as_ptr() as usize;
+                (start as u32, (start + f.len()) as u32)
+            };
+            // The pairs are gathered as spans first (in the split, which holds them for the
+            // next record when `record`), so that a name stored twice keeps only its last value.
+            split.pairs.clear();
+            split.keys.clear();
+            let (mut tags_span, mut keys_span) = (None, None);
+            let pairs = &mut split.pairs;
+            for_each_property(props, |k, v| {
+                if k.is_empty() || v.is_empty() {
+                    return;
+                }
+                match k {
+                    b"TAGS" => tags_span = Some(span(v)),
+                    b"KEYS" => keys_span = Some(span(v)),
+                    _ => {}
+                }
+                pairs.push((span(k), span(v)));
+            });
+            keep_last_of_each(&mut split.pairs, |p| {
+                &props[p.0 .0 as usize..p.0 .1 as usize]
+            });
+            if include_properties {
+                for &(k, v) in &split.pairs {
+                    push_str(pk_offsets, pk_data, at(k));
+                    push_str(pv_offsets, pv_data, at(v));
+                }
+            }
+            tags = tags_span.map(at);
+            if let Some(k) = keys_span.map(at) {
+                for key in k.split(|&b| b == b' ').filter(|k| !k.is_empty()) {
+                    push_str(&mut self.keys_offsets, &mut self.keys_data, key);
+                    split.keys.push(span(key));
+                }
+            }
+            split.tags = tags_span;
+            if !record {
+                split.held = false;
+            }
+        }
+        if include_properties {
+            self.props_map_offsets
+                .push((self.props_key_offsets.len() - 1) as i32);
+        } else {
+            self.props_map_offsets.push(0);
+        }
+        match tags {
+            Some(t) => {
+                self.tags_valid[row / 8] |= 1 << (row % 8);
+                push_str(&mut self.tags_offsets, &mut self.tags_data, t);
+            }
+            None => self.tags_offsets.push(self.tags_data.len() as i32),
+        }
+        let keys_count = self.keys_offsets.len() - 1;
+        self.keys_list_offsets.push(keys_count as i32);
+        self.rows += 1;
+        Ok(())
+    }
+}
+
+/// A field inside a record's properties: its start and end there.
+type Span = (u32, u32);
+
+/// The split of the last record's properties, kept for the next record: what the columns take
+/// from them (every (name, value) pair with both parts non-empty, the TAGS value, the KEYS
+/// entries) as spans of the properties bytes, with a copy of those bytes. Consecutive records
+/// very often carry equal properties (every message of one `put_messages` batch does); the
+/// next record's properties are then one comparison instead of a parse. When records keep
+/// differing (each has a `UNIQ_KEY` of its own, as messages from RocketMQ clients do), the
+/// comparisons and the copies stop for a while and resume later.
+#[derive(Debug, Default)]
+pub(super) struct PropsSplit {
+    bytes: Vec<u8>,
+    /// `bytes` and the spans describe a record's properties.
+    held: bool,
+    pairs: Vec<(Span, Span)>,
+    tags: Option<Span>,
+    keys: Vec<Span>,
+    /// Comparisons that failed in a row.
+    misses: u32,
+    /// Records left to parse before comparing and recording again.
+    paused: u32,
+}
+
+/// Failed comparisons in a row after which [`PropsSplit`] pauses, and for how many records.
+const SPLIT_MISSES_BEFORE_PAUSE: u32 = 4;
+const SPLIT_PAUSE: u32 = 60;
+
+impl PropsSplit {
+    /// Whether `props` equal the properties held (their spans then apply to `props`).
+    fn reusable(&mut self, props: &[u8]) -> bool {
+        if !self.held {
+            return false;
+        }
+        if self.bytes == props {
+            self.misses = 0;
+            return true;
+        }
+        self.misses += 1;
+        if self.misses >= SPLIT_MISSES_BEFORE_PAUSE {
+            self.misses = 0;
+            self.held = false;
+            self.paused = SPLIT_PAUSE;
+        }
+        false
+    }
+
+    /// Before `props` are parsed: whether to record their split (the spans are cleared and the
+    /// bytes copied when so).
+    fn begin(&mut self, props: &[u8]) -> bool {
+        if self.paused > 0 {
+            self.paused -= 1;
+            return false;
+        }
+        self.bytes.clear();
+        self.bytes.extend_from_slice(props);
+        self.pairs.clear();
+        self.keys.clear();
+        self.tags = None;
+        self.held = true;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_strings_are_copied_exactly_at_every_length_and_room() {
+        let text: Vec<u8> = (1..=40u8).collect();
+        for n in 0..=20 {
+            for start in [0usize, 3] {
+                let s = &text[start..start + n];
+                // Exactly enough room, more room, and not enough room (falls back).
+                for room in [n, n + 9, n.saturating_sub(1)] {
+                    let mut data = Vec::with_capacity(2 + room);
+                    data.extend_from_slice(&[0xAA, 0xBB]);
+                    let mut offsets = vec![0];
+                    push_str(&mut offsets, &mut data, s);
+                    assert_eq!(&data[..2], &[0xAA, 0xBB]);
+                    assert_eq!(&data[2..], s, "n={n} start={start} room={room}");
+                    assert_eq!(offsets, vec![0, (2 + n) as i32]);
+                }
+            }
+        }
+    }
+}
