@@ -5,6 +5,7 @@ mod args;
 mod buffer;
 mod errors;
 mod message;
+mod steps;
 mod store;
 
 #[pyo3::pymodule]
@@ -13,6 +14,10 @@ mod _rmqstore {
     use crate::buffer::ColumnBuffer;
     #[pymodule_export]
     use crate::message::{GetMessageResult, Message, MessageExt, PutMessageResult};
+    #[pymodule_export]
+    use crate::steps::{
+        AllocationStep, CommitStep, DispatchStep, GroupCommitStep, PoolBuffers, ReadBatchBuffers,
+    };
     #[pymodule_export]
     use crate::store::Store;
 
