@@ -26,7 +26,7 @@ $(DEPS): requirements-dev.txt | $(BIN)/python
 # installed package, never the source tree. One abi3 wheel serves CPython 3.11 and later; zig
 # (the ziglang package of requirements-dev.txt, found as `python3 -m ziglang` on PATH) links it
 # against glibc $(MANYLINUX)'s symbols whatever this machine's glibc is; the release profile
-# strips it. The sdist goes beside it (tests/test_wheel.py builds a wheel from it alone; the
+# strips it. The sdist goes beside it (tests/package/test_wheel.py builds a wheel from it alone; the
 # wheel here is built from the tree, so a change to Python files alone needs no Rust rebuild).
 $(WHEEL): $(DEPS) $(SOURCES)
 	rm -rf dist

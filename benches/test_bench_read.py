@@ -17,9 +17,9 @@ def _drain_dispatch(store: rmqstore.MessageStore) -> int:
     """Runs dispatch by hand (the service is paused) until nothing is behind."""
     dispatched = 0
     while True:
-        n, _bytes, _offset, behind = store._core.dispatch_step(64 * MiB, 0)
-        dispatched += n
-        if behind == 0:
+        step = store._core.dispatch_step(64 * MiB, 0)
+        dispatched += step.dispatched
+        if step.behind == 0:
             return dispatched
 
 

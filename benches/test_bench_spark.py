@@ -45,7 +45,7 @@ def _build(root: Path, n: int) -> None:
 
 def _parquet(root: Path, out: Path) -> int:
     import pyarrow.parquet as pq
-    from rmqstore.spark import _arrow_schema, source_schema
+    from rmqstore.spark.schema import _arrow_schema, source_schema
 
     target = _arrow_schema(source_schema(False))
     rows = 0
@@ -94,7 +94,7 @@ def _ceiling_source() -> type:
 
         def read(self, partition: Any) -> Iterator[Any]:
             import pyarrow as pa
-            from rmqstore.spark import _arrow_schema
+            from rmqstore.spark.schema import _arrow_schema
 
             target = _arrow_schema(source_schema(False))
             n = BATCH_ROWS

@@ -13,7 +13,8 @@ import pytest
 import rmqstore
 from hypothesis import settings
 
-# The helpers next to this file (rmqwire) are imported by plain name.
+# The helpers next to this file (rmqwire, rmqspark) are imported by plain name; a test file
+# that uses another one's helpers imports it by its folder (``services.test_warming``).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rmqwire import SEGMENT, SMALL_STORE

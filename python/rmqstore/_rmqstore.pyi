@@ -9,11 +9,17 @@ __all__ = [
     "BLANK_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE_V2",
+    "AllocationStep",
     "ColumnBuffer",
+    "CommitStep",
+    "DispatchStep",
     "GetMessageResult",
+    "GroupCommitStep",
     "Message",
     "MessageExt",
+    "PoolBuffers",
     "PutMessageResult",
+    "ReadBatchBuffers",
     "Store",
     "__version__",
     "check_settings",
@@ -177,6 +183,90 @@ class ColumnBuffer:
     def __len__(self) -> int: ...
 
 @final
+class DispatchStep:
+    """What ``Store.dispatch_step`` did."""
+
+    @property
+    def dispatched(self) -> int:
+        """Messages dispatched."""
+    @property
+    def bytes(self) -> int:
+        """Commitlog bytes consumed (records and blank records)."""
+    @property
+    def reput_offset(self) -> int:
+        """Where the next call starts."""
+    @property
+    def behind(self) -> int:
+        """Confirmed bytes not dispatched yet."""
+
+@final
+class GroupCommitStep:
+    """What ``Store.group_commit_step`` did."""
+
+    @property
+    def flushed(self) -> bool:
+        """The last round forced the commitlog."""
+    @property
+    def stopped(self) -> bool:
+        """The service was told to stop."""
+    @property
+    def forces(self) -> int:
+        """Forces done so far."""
+
+@final
+class CommitStep:
+    """What ``Store.commit_step`` (transient store pool) did."""
+
+    @property
+    def committed(self) -> bool:
+        """Bytes were committed (readable now)."""
+    @property
+    def stopped(self) -> bool:
+        """The service was told to stop."""
+
+@final
+class AllocationStep:
+    """What ``Store.allocation_service_step`` did."""
+
+    @property
+    def allocated(self) -> int:
+        """Segments created."""
+    @property
+    def unlocked(self) -> int:
+        """Segments whose pages were unlocked (``munlock``)."""
+    @property
+    def stopped(self) -> bool:
+        """The service was told to stop."""
+    @property
+    def alloc_seconds(self) -> float:
+        """Seconds spent creating (and warming) segments."""
+
+@final
+class PoolBuffers:
+    """The transient store pool's write buffers."""
+
+    @property
+    def available(self) -> int:
+        """Buffers free to lend."""
+    @property
+    def total(self) -> int:
+        """Buffers in the pool."""
+
+@final
+class ReadBatchBuffers:
+    """One bulk read of a queue as Arrow column buffers."""
+
+    @property
+    def rows(self) -> int:
+        """Rows read."""
+    @property
+    def next_offset(self) -> int:
+        """The queue offset after the last row read."""
+    @property
+    def columns(self) -> dict[str, ColumnBuffer]:
+        """``{column name: ColumnBuffer}``."""
+
+@final
 class Store:
     """The Rust store behind ``rmqstore.MessageStore``."""
 
@@ -205,15 +295,15 @@ class Store:
     ) -> PutMessageResult: ...
     def dispatch_step(
         self, max_bytes: int, timeout_ms: int, budget_ms: int = 0
-    ) -> tuple[int, int, int, int]: ...
+    ) -> DispatchStep: ...
     def attach_group_commit(self) -> None: ...
-    def group_commit_step(self, timeout_ms: int, budget_ms: int = 0) -> tuple[bool, bool, int]: ...
+    def group_commit_step(self, timeout_ms: int, budget_ms: int = 0) -> GroupCommitStep: ...
     def _panic_for_tests(self) -> None: ...
     def skipped_records(self) -> int: ...
     def group_commit_forces(self) -> int: ...
     def flush_commitlog(self, least_pages: int) -> int: ...
-    def commit_step(self, least_pages: int, timeout_ms: int) -> tuple[bool, bool]: ...
-    def transient_store_pool_buffers(self) -> tuple[int, int] | None: ...
+    def commit_step(self, least_pages: int, timeout_ms: int) -> CommitStep: ...
+    def transient_store_pool_buffers(self) -> PoolBuffers | None: ...
     def get_committed_where(self) -> int: ...
     def flush_consume_queues(self, least_pages: int) -> None: ...
     def is_offset_aligned(self, offset: int) -> bool: ...
@@ -269,7 +359,7 @@ class Store:
         max_msgs: int,
         include_properties: bool = True,
         decompress: bool | None = None,
-    ) -> tuple[int, int, dict[str, ColumnBuffer]]: ...
+    ) -> ReadBatchBuffers: ...
     def topics(self) -> list[str]: ...
     def queue_ids(self, topic: str) -> list[int]: ...
     def look_message_by_offset(self, offset: int) -> MessageExt | None: ...
@@ -284,7 +374,7 @@ class Store:
     @property
     def state(self) -> str: ...
     def attach_allocation_service(self) -> None: ...
-    def allocation_service_step(self, timeout_ms: int) -> tuple[int, int, bool, float]: ...
+    def allocation_service_step(self, timeout_ms: int) -> AllocationStep: ...
     def preallocated_offsets(self) -> list[int]: ...
     def stop_services(self) -> None: ...
     def close(self) -> None: ...

@@ -149,11 +149,11 @@ class AllocateMappedFileService(ServiceThread):
         }
 
     def run_once(self) -> bool:
-        allocated, unlocked, stopped, seconds = self._core.allocation_service_step(self.poll_ms)
-        self.allocated += allocated
-        self.unlocked += unlocked
-        self.alloc_seconds += seconds
-        return not stopped
+        step = self._core.allocation_service_step(self.poll_ms)
+        self.allocated += step.allocated
+        self.unlocked += step.unlocked
+        self.alloc_seconds += step.alloc_seconds
+        return not step.stopped
 
 
 class ReputMessageService(ServiceThread):
@@ -178,13 +178,11 @@ class ReputMessageService(ServiceThread):
 
     def run_once(self) -> bool:
         try:
-            dispatched, _bytes, _offset, _behind = self._core.dispatch_step(
-                self.chunk_bytes, self.poll_ms, self.budget_ms
-            )
+            step = self._core.dispatch_step(self.chunk_bytes, self.poll_ms, self.budget_ms)
         except Exception:
             return self._round_failed("dispatch", self.retry_seconds)
         self._round_ok("dispatch")
-        self.dispatched += dispatched
+        self.dispatched += step.dispatched
         return True
 
     def stats(self) -> dict[str, float]:
@@ -301,13 +299,13 @@ class CommitRealTimeService(_PagedService):
     def run_once(self) -> bool:
         least = self._least_pages_now()
         try:
-            committed, stopped = self._core.commit_step(least, self.interval_ms)
+            step = self._core.commit_step(least, self.interval_ms)
         except Exception:
             return self._round_failed("commit", self.retry_seconds)
         self._round_ok("commit")
         self.rounds += 1
-        self.commits += committed
-        return not stopped
+        self.commits += step.committed
+        return not step.stopped
 
     def stats(self) -> dict[str, float]:
         return {
@@ -340,9 +338,9 @@ class GroupCommitService(ServiceThread):
         super().start()
 
     def run_once(self) -> bool:
-        _flushed, stopped, forces = self._core.group_commit_step(self.poll_ms, self.budget_ms)
-        self.forces = forces
-        return not stopped
+        step = self._core.group_commit_step(self.poll_ms, self.budget_ms)
+        self.forces = step.forces
+        return not step.stopped
 
     def stats(self) -> dict[str, float]:
         # Once the store is closed, the last count the service saw.

@@ -278,8 +278,7 @@ class MessageStore:
         try:
             self._core.flush()
             while self._core.dispatch_behind_bytes() > 0:
-                _, consumed, _, _ = self._core.dispatch_step(16 * 1024 * 1024, 0, 200)
-                if consumed == 0:
+                if self._core.dispatch_step(16 * 1024 * 1024, 0, 200).bytes == 0:
                     break
             self._topic_config.sync()
         except Exception:
@@ -499,10 +498,10 @@ class MessageStore:
         """
         from ._arrow import batch_from_buffers
 
-        rows, _next, buffers = self._core.read_batch_buffers(
+        read = self._core.read_batch_buffers(
             topic, queue_id, offset, max_msgs, include_properties, decompress
         )
-        return batch_from_buffers(rows, buffers, include_properties)
+        return batch_from_buffers(read.rows, read.columns, include_properties)
 
     def topics(self) -> list[str]:
         """Topics that have messages dispatched."""
@@ -597,7 +596,8 @@ class MessageStore:
     def transient_store_pool_buffers(self) -> tuple[int, int] | None:
         """The transient store pool's buffers as (free, total), or None when the pool is
         disabled (RocketMQ's ``remainTransientStoreBufferNumbs``)."""
-        return self._core.transient_store_pool_buffers()
+        buffers = self._core.transient_store_pool_buffers()
+        return None if buffers is None else (buffers.available, buffers.total)
 
     def commitlog_segments(self) -> list[str]:
         """Paths of the commitlog segment files, oldest first."""

@@ -364,7 +364,7 @@ def test_broker_serves_rmqstore_and_rmqstore_reads_the_broker(
 
 #: Files RocketMQ's decoder (fastjson2) reads by guessing, in 5.5.1 or 5.3.3 (measured; the
 #: reading in the comment): rmqstore refuses every one of them (falling back to the .bak).
-#: Every other file of test_offsets.BAD_CONTENT RocketMQ refuses too.
+#: Every other file of store/test_offsets.BAD_CONTENT RocketMQ refuses too.
 ROCKETMQ_GUESSES = {
     "queue_id_0_0",  # 5.5.1: "0_0" is queue 0, replacing its offset (5.3.3 refuses)
     "queue_id_plus",  # "+1" is queue 1
@@ -408,12 +408,12 @@ BOTH_KEEP = {
 def test_consumer_offset_files_decoded_as_rocketmq_decides(
     broker: BrokerHarness, tmp_path: Path
 ) -> None:
-    """Every malformed consumerOffset.json of test_offsets, loaded by RocketMQ's own
+    """Every malformed consumerOffset.json of store/test_offsets, loaded by RocketMQ's own
     ConsumerOffsetManager (ConfigManager.load) and by rmqstore, each with a good .bak:
     rmqstore refuses every one (and loads the .bak); RocketMQ refuses each too, except the
     ones it reads by guessing (ROCKETMQ_GUESSES) or cannot load at all (ROCKETMQ_FAILS).
     Files with well-formed entries load to the same table on both sides."""
-    from test_offsets import BAD_CONTENT
+    from store.test_offsets import BAD_CONTENT
 
     bak = {"offsetTable": {"BAK@G": {"0": 1}}}
     cases = {**BAD_CONTENT, **BOTH_KEEP}

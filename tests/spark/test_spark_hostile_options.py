@@ -257,7 +257,7 @@ def _id(case: tuple[dict[str, str], bool, type[RmqStoreError], str]) -> str:
 def test_the_parser_raises_a_typed_error_naming_the_option(
     options: dict[str, str], streaming: bool, error: type[RmqStoreError], message: str
 ) -> None:
-    from rmqstore.spark import _parse_read_options
+    from rmqstore.spark.options import _parse_read_options
 
     given = {"path": "/no/store", **options}
     started = time.monotonic()
@@ -273,7 +273,7 @@ def test_the_parser_raises_a_typed_error_naming_the_option(
 
 
 def test_blanks_around_numbers_and_words_are_fine() -> None:
-    from rmqstore.spark import _parse_read_options
+    from rmqstore.spark.options import _parse_read_options
 
     opts = _parse_read_options(
         {
@@ -303,7 +303,8 @@ def test_the_schema_must_be_one_the_source_fills() -> None:
         StructField,
         StructType,
     )
-    from rmqstore.spark import RmqStoreReader, RmqStoreStreamReader, _parse_read_options
+    from rmqstore.spark import RmqStoreReader, RmqStoreStreamReader
+    from rmqstore.spark.options import _parse_read_options
 
     def schema(*fields: tuple[str, Any]) -> StructType:
         return StructType([StructField(n, t) for n, t in fields])
@@ -355,28 +356,32 @@ def pattern_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_catastrophic_pattern_fails_in_bounded_time(
     pattern_store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rmqstore.spark as source
+    from rmqstore.spark import options, planning
 
-    monkeypatch.setattr(source, "PATTERN_TIMEOUT", 1.0)
-    monkeypatch.setattr(source, "_PATTERN_MATCHES", {})
-    opts = source._parse_read_options(
+    monkeypatch.setattr(planning, "PATTERN_TIMEOUT", 1.0)
+    monkeypatch.setattr(planning, "_PATTERN_MATCHES", {})
+    opts = options._parse_read_options(
         store_options(pattern_store, topicPattern="(a+)+"), streaming=False
     )
-    store = source._open_for_read(opts.path, opts.settings)
+    store = planning._open_for_read(opts.path, opts.settings)
     started = time.monotonic()
     with pytest.raises(InvalidArgumentError, match="backtracks catastrophically"):
-        source._selected_queues(store, opts)
+        planning._selected_queues(store, opts)
     assert time.monotonic() - started < 10
     # A sane pattern matches as re.fullmatch does, and the answers are kept for the next call.
-    opts = source._parse_read_options(
+    opts = options._parse_read_options(
         store_options(pattern_store, topicPattern="Topic[AB]|a+-"), streaming=True
     )
-    assert source._selected_queues(store, opts) == [("TopicA", 0), ("TopicB", 0), (SLOW_TOPIC, 0)]
-    assert source._PATTERN_MATCHES[("Topic[AB]|a+-", "TopicA")] is True
-    opts = source._parse_read_options(
+    assert planning._selected_queues(store, opts) == [
+        ("TopicA", 0),
+        ("TopicB", 0),
+        (SLOW_TOPIC, 0),
+    ]
+    assert planning._PATTERN_MATCHES[("Topic[AB]|a+-", "TopicA")] is True
+    opts = options._parse_read_options(
         store_options(pattern_store, topicPattern="B"), streaming=True
     )
-    assert source._selected_queues(store, opts) == []
+    assert planning._selected_queues(store, opts) == []
 
 
 # -- through Spark ----------------------------------------------------------------------------

@@ -101,7 +101,7 @@ def test_overwrite_and_bad_columns_are_refused(spark: Any, small_store: Path) ->
 
 
 def test_option_errors_are_value_errors_of_the_rmqstore_tree() -> None:
-    from rmqstore.spark import _parse_read_options
+    from rmqstore.spark.options import _parse_read_options
 
     with pytest.raises(InvalidArgumentError) as info:
         _parse_read_options({"path": "/x", "minPartitions": "0"}, streaming=False)

@@ -291,7 +291,7 @@ def test_available_now_stops_at_what_was_there_when_it_started(spark: Any, tmp_p
 
 
 def test_rate_limit_gives_small_queues_one_and_caps_at_the_end() -> None:
-    from rmqstore.spark import _rate_limit
+    from rmqstore.spark.stream import _rate_limit
 
     start = {("T", 0): 0, ("T", 1): 5, ("T", 2): 7}
     until = {("T", 0): 100, ("T", 1): 6, ("T", 2): 7}

@@ -6,6 +6,7 @@ mod buffer;
 mod config;
 mod errors;
 mod message;
+mod steps;
 mod store;
 
 #[pyo3::pymodule]
@@ -16,6 +17,10 @@ mod _rmqstore {
     use crate::config::{check_settings, settings};
     #[pymodule_export]
     use crate::message::{GetMessageResult, Message, MessageExt, PutMessageResult};
+    #[pymodule_export]
+    use crate::steps::{
+        AllocationStep, CommitStep, DispatchStep, GroupCommitStep, PoolBuffers, ReadBatchBuffers,
+    };
     #[pymodule_export]
     use crate::store::Store;
 

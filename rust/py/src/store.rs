@@ -21,6 +21,9 @@ use crate::errors::{invalid_argument, IntoPyResult};
 use crate::message::{
     build_properties, keys_value, GetMessageResult, Message, MessageExt, PutMessageResult,
 };
+use crate::steps::{
+    AllocationStep, CommitStep, DispatchStep, GroupCommitStep, PoolBuffers, ReadBatchBuffers,
+};
 
 /// The bodies of a batch, readable without the GIL.
 ///
@@ -254,8 +257,7 @@ impl Store {
 
     // -- dispatch ---------------------------------------------------------------------------
 
-    /// Rounds of the dispatch service (one, or as many as find work within `budget_ms`):
-    /// (messages dispatched, bytes, reput offset, behind).
+    /// Rounds of the dispatch service (one, or as many as find work within `budget_ms`).
     #[pyo3(signature = (max_bytes, timeout_ms, budget_ms=0))]
     fn dispatch_step(
         &self,
@@ -263,7 +265,7 @@ impl Store {
         max_bytes: i64,
         timeout_ms: u64,
         budget_ms: u64,
-    ) -> PyResult<(u64, i64, i64, i64)> {
+    ) -> PyResult<DispatchStep> {
         let s = self.run(py, |s| {
             s.dispatch_run(
                 max_bytes,
@@ -271,7 +273,12 @@ impl Store {
                 Duration::from_millis(budget_ms),
             )
         })?;
-        Ok((s.dispatched, s.bytes, s.reput_offset, s.behind))
+        Ok(DispatchStep {
+            dispatched: s.dispatched,
+            bytes: s.bytes,
+            reput_offset: s.reput_offset,
+            behind: s.behind,
+        })
     }
 
     // -- flush ------------------------------------------------------------------------------
@@ -280,22 +287,25 @@ impl Store {
         self.run(py, |s| s.attach_group_commit())
     }
 
-    /// Rounds of the group-commit service (one, or as many as fit in `budget_ms`): (forced
-    /// now, stopped, forces so far).
+    /// Rounds of the group-commit service (one, or as many as fit in `budget_ms`).
     #[pyo3(signature = (timeout_ms, budget_ms=0))]
     fn group_commit_step(
         &self,
         py: Python<'_>,
         timeout_ms: u64,
         budget_ms: u64,
-    ) -> PyResult<(bool, bool, u64)> {
+    ) -> PyResult<GroupCommitStep> {
         let s = self.run(py, |s| {
             s.group_commit_run(
                 Duration::from_millis(timeout_ms),
                 Duration::from_millis(budget_ms),
             )
         })?;
-        Ok((s.flushed, s.stopped, s.forces))
+        Ok(GroupCommitStep {
+            flushed: s.flushed,
+            stopped: s.stopped,
+            forces: s.forces,
+        })
     }
 
     /// Damaged records dispatch has passed over since the store opened (their topic or queue
@@ -309,21 +319,26 @@ impl Store {
         self.run(py, |s| s.group_commit_forces())
     }
 
-    /// One round of the commit service (transient store pool): (committed now, stopped).
+    /// One round of the commit service (transient store pool).
     fn commit_step(
         &self,
         py: Python<'_>,
         least_pages: i64,
         timeout_ms: u64,
-    ) -> PyResult<(bool, bool)> {
+    ) -> PyResult<CommitStep> {
         let s = self.run(py, |s| {
             s.commit_step(least_pages, Duration::from_millis(timeout_ms))
         })?;
-        Ok((s.committed, s.stopped))
+        Ok(CommitStep {
+            committed: s.committed,
+            stopped: s.stopped,
+        })
     }
 
-    fn transient_store_pool_buffers(&self, py: Python<'_>) -> PyResult<Option<(usize, usize)>> {
-        self.run(py, |s| s.transient_store_pool_buffers())
+    /// The transient store pool's buffers, `None` when the pool is disabled.
+    fn transient_store_pool_buffers(&self, py: Python<'_>) -> PyResult<Option<PoolBuffers>> {
+        let buffers = self.run(py, |s| s.transient_store_pool_buffers())?;
+        Ok(buffers.map(|(available, total)| PoolBuffers { available, total }))
     }
 
     #[getter]
@@ -541,20 +556,20 @@ impl Store {
         })
     }
 
-    /// Bulk read of a queue as Arrow column buffers: `(rows, next_offset, {name: bytes})`;
-    /// `rmqstore._arrow` assembles the pyarrow RecordBatch.
+    /// Bulk read of a queue as Arrow column buffers; `rmqstore._arrow` assembles the pyarrow
+    /// RecordBatch.
     #[pyo3(signature = (topic, queue_id, offset, max_msgs, include_properties=true, decompress=None))]
     #[allow(clippy::too_many_arguments)]
-    fn read_batch_buffers<'py>(
+    fn read_batch_buffers(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
         #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
         #[pyo3(from_py_with = args::offset)] offset: i64,
         #[pyo3(from_py_with = args::max_msgs)] max_msgs: usize,
         #[pyo3(from_py_with = args::include_properties)] include_properties: bool,
         #[pyo3(from_py_with = args::decompress)] decompress: Option<bool>,
-    ) -> PyResult<(usize, i64, Bound<'py, PyDict>)> {
+    ) -> PyResult<ReadBatchBuffers> {
         let topic: &str = &topic;
         let cols = self.run(py, |s| {
             s.read_batch(
@@ -571,7 +586,11 @@ impl Store {
         for (name, column) in cols.into_named() {
             d.set_item(name, Py::new(py, ColumnBuffer::new(column))?)?;
         }
-        Ok((rows, next, d))
+        Ok(ReadBatchBuffers {
+            rows,
+            next_offset: next,
+            columns: d.unbind(),
+        })
     }
 
     fn topics(&self, py: Python<'_>) -> PyResult<Vec<String>> {
@@ -641,17 +660,16 @@ impl Store {
         self.inner.attach_allocation_service();
     }
 
-    /// One round of the allocation service; returns (allocated, unlocked, stopped, seconds
-    /// spent creating segments).
-    fn allocation_service_step(&self, py: Python<'_>, timeout_ms: u64) -> (u32, u32, bool, f64) {
+    /// One round of the allocation service.
+    fn allocation_service_step(&self, py: Python<'_>, timeout_ms: u64) -> AllocationStep {
         let store = &self.inner;
         let s = py.detach(|| store.allocation_service_step(Duration::from_millis(timeout_ms)));
-        (
-            s.allocated,
-            s.unlocked,
-            s.stopped,
-            s.alloc_nanos as f64 / 1e9,
-        )
+        AllocationStep {
+            allocated: s.allocated,
+            unlocked: s.unlocked,
+            stopped: s.stopped,
+            alloc_seconds: s.alloc_nanos as f64 / 1e9,
+        }
     }
 
     fn preallocated_offsets(&self) -> Vec<i64> {

@@ -138,10 +138,8 @@ def test_a_bulk_read_lets_other_python_threads_run(open_store) -> None:
         assert store.put_messages("Gil", 0, [b"r" * 128] * 1000, tags="T", keys=["a"]).ok
     assert store.wait_dispatched(60)
     read = store._core.read_batch_buffers
-    (rows, _next, _buffers), ran = other_thread_ran_inside(
-        lambda: read("Gil", 0, 0, 1_000_000, True)
-    )
-    assert rows == 1_000_000
+    batch, ran = other_thread_ran_inside(lambda: read("Gil", 0, 0, 1_000_000, True))
+    assert batch.rows == 1_000_000
     assert ran > 0, "another Python thread never ran while read_batch worked"
 
 

@@ -149,7 +149,7 @@ def test_read_only_never_sees_a_torn_record_of_a_live_writer(store_path: Path) -
         [sys.executable, "-c", LIVE_WRITER, str(store_path)],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
     )
     try:
         assert proc.stdout is not None

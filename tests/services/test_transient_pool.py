@@ -13,7 +13,7 @@ import pytest
 from conftest import OpenStore
 from rmqstore import GetMessageStatus, Message, PutMessageStatus
 from rmqwire import SEGMENT, SMALL_STORE
-from test_warming import can_lock, locked_kib
+from services.test_warming import can_lock, locked_kib
 
 POOL = {"transient_store_pool_enable": True, "transient_store_pool_size": 2}
 # The commit service never runs on its own: commits happen only when a test asks for them.

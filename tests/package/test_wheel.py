@@ -32,7 +32,7 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from packaging.utils import parse_wheel_filename
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DIST = REPO / "dist"
 BIN = Path(sys.executable).parent
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import rmqstore
 import rmqstore._rmqstore
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_running_in_a_virtualenv() -> None:
@@ -27,7 +27,7 @@ def test_package_and_extension_come_from_site_packages() -> None:
     assert package == site_packages / "rmqstore" / "__init__.py"
     assert extension.parent == platlib / "rmqstore"
     assert extension.suffix == ".so"
-    # The one abi3 extension of the wheel, for CPython 3.11 and later (tests/test_wheel.py).
+    # The one abi3 extension of the wheel, for CPython 3.11 and later (tests/package/test_wheel.py).
     assert extension.name == "_rmqstore.abi3.so"
     for path in (package, extension):
         assert not path.is_relative_to(REPO / "python"), path

@@ -152,8 +152,7 @@ def test_the_dispatch_call_lets_other_python_threads_run(open_store) -> None:
     for _ in range(600):
         assert store.put_messages("Gil", 0, bodies, tags="T", keys=["a", "b"]).ok
     step, ran = other_thread_ran_inside(lambda: store._core.dispatch_step(1 << 30, 0, 60_000))
-    dispatched, _bytes, _offset, behind = step
-    assert (dispatched, behind) == (600_000, 0)
+    assert (step.dispatched, step.behind) == (600_000, 0)
     assert store.get_max_offset_in_queue("Gil", 0) == 600_000
     assert ran > 0, "another Python thread never ran while dispatch worked"
 
