@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::commitlog::{
-    AppendResult, Batch, CommitLog, CommitRequests, DataSignal, RecoveryReport, RecoveryStart,
+    AppendResult, Batch, CommitLog, CommitRequests, RecoveryReport, RecoveryStart,
 };
 use crate::config::{FlushDiskType, StoreConfig};
 use crate::dispatch::{reput, ReputStep};
@@ -21,6 +21,7 @@ use crate::index::IndexService;
 use crate::queue::consume_queue::{ConsumeQueue, CqUnit};
 use crate::queue::store::ConsumeQueueStore;
 use crate::read::{GetMessageResult, TagFilter, TimeBoundary};
+use crate::wait::DataSignal;
 
 struct Open {
     commitlog: CommitLog,
