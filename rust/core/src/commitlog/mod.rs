@@ -93,7 +93,9 @@ impl CommitLog {
         };
         if read_only {
             for f in queue.files() {
-                f.set_read_only_position(file_size);
+                // SAFETY: a read-only commitlog: its files are mapped read-only and this
+                // process never appends to them.
+                unsafe { f.set_read_only_position(file_size) };
             }
         }
         Ok(CommitLog {
@@ -134,7 +136,9 @@ impl CommitLog {
     pub(crate) fn refresh_read_only(&self) -> Result<()> {
         if self.read_only && self.queue.reload_read_only()? {
             for f in self.queue.files() {
-                f.set_read_only_position(f.file_size());
+                // SAFETY: a read-only commitlog (checked above): this process never appends
+                // to its files.
+                unsafe { f.set_read_only_position(f.file_size()) };
             }
         }
         Ok(())

@@ -98,7 +98,15 @@ impl CommitLog {
     /// `check_crc`, stopping at the first invalid record and truncating there. The topic-queue
     /// table holds what the scan saw; [`CommitLog::merge_queue_offsets`] adds the consume
     /// queues' view of the segments before it.
-    pub(crate) fn recover(&self, check_crc: bool, start: RecoveryStart) -> Result<RecoveryReport> {
+    ///
+    /// # Safety
+    /// Nothing else may use the commitlog until this returns (the store is opening and has not
+    /// been shared): it cuts the segments, and a reader or appender would share the bytes cut.
+    pub(crate) unsafe fn recover(
+        &self,
+        check_crc: bool,
+        start: RecoveryStart,
+    ) -> Result<RecoveryReport> {
         let files = self.queue.files();
         let mut report = RecoveryReport::default();
         let mut table = PutState::default();
@@ -170,7 +178,8 @@ impl CommitLog {
             }
         }
         report.process_offset = process_offset;
-        self.queue.truncate_dirty(process_offset)?;
+        // SAFETY: the scan's slices are gone, and the caller excludes every other user.
+        unsafe { self.queue.truncate_dirty(process_offset) }?;
         self.queue.set_flushed_where(process_offset);
         self.queue.set_committed_where(process_offset);
         let mut st = self.put.lock().unwrap_or_else(|p| p.into_inner());
@@ -202,9 +211,13 @@ impl CommitLog {
     }
 
     /// Cuts the commitlog at `offset` (later segments deleted, the rest of the cut one zeroed)
-    /// and installs the queue offset table that holds below it. Callers exclude every other
-    /// user of the store.
-    pub(crate) fn truncate(
+    /// and installs the queue offset table that holds below it.
+    ///
+    /// # Safety
+    /// Every other user of the commitlog is excluded until this returns (no reader holds its
+    /// bytes past `offset`; the append lock is taken here, but a reader's slice would see the
+    /// cut bytes change).
+    pub(crate) unsafe fn truncate(
         &self,
         offset: i64,
         table: HashMap<String, HashMap<i32, i64>>,
@@ -212,7 +225,9 @@ impl CommitLog {
         let _c = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
         let _f = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut st = self.put.lock().unwrap_or_else(|p| p.into_inner());
-        self.queue.truncate_dirty(offset)?;
+        // SAFETY: the caller excludes readers; appends, commits and flushes are excluded by
+        // the locks held.
+        unsafe { self.queue.truncate_dirty(offset) }?;
         if self.queue.flushed_where() > offset {
             self.queue.set_flushed_where(offset);
         }

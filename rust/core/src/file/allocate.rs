@@ -88,7 +88,9 @@ impl Allocator {
         let started = Instant::now();
         let file = MappedFile::create(&path, offset, self.cfg.file_size)?;
         if self.cfg.warm {
-            file.warm(self.cfg.warm_sync, self.cfg.warm_flush_pages)?;
+            // SAFETY: the file was created just now and is not handed out before this returns,
+            // so nothing appends to it or commits into it.
+            unsafe { file.warm(self.cfg.warm_sync, self.cfg.warm_flush_pages) }?;
         }
         let pool = self.pool.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(buffer) = pool.and_then(|p| p.borrow()) {

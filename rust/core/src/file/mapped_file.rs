@@ -3,6 +3,8 @@
 //! Concurrency contract: one appender at a time (the owner's append lock), any number of readers.
 //! Bytes below the read (committed) position are never changed again while readers may hold
 //! them, except by [`MappedFile::truncate_to`], which callers run only with readers excluded.
+//! The functions whose callers must uphold part of this contract are `unsafe` and say what in
+//! their `# Safety` sections.
 //! Positions are atomics published with release/acquire ordering, so a reader that sees a
 //! position sees the bytes below.
 //!
@@ -145,7 +147,11 @@ impl MappedFile {
     }
 
     /// Read-only segments: how far their bytes have been checked and may be read.
-    pub fn set_read_only_position(&self, pos: i64) {
+    ///
+    /// # Safety
+    /// Nothing in this process appends to or commits into this file (it belongs to a read-only
+    /// store): the positions it sets would make readers and an appender share bytes.
+    pub unsafe fn set_read_only_position(&self, pos: i64) {
         let pos = pos.clamp(0, self.file_size);
         self.wrote.store(pos, Ordering::Release);
         self.committed.store(pos, Ordering::Release);
@@ -154,12 +160,19 @@ impl MappedFile {
 
     /// Bytes `[pos, pos+len)` whatever the positions say: for read-only stores scanning what
     /// another process may still be writing. Callers validate what they find.
-    pub fn read_unchecked(&self, pos: i64, len: i64) -> Option<&[u8]> {
+    ///
+    /// # Safety
+    /// Nothing in this process may write `[pos, pos+len)` while the returned slice lives (no
+    /// [`MappedFile::append_with`], commit, [`MappedFile::truncate_to`] or
+    /// [`MappedFile::warm`] on this file): the file belongs to a read-only store. Another
+    /// process may still change the bytes; the caller must not trust them before validating.
+    pub unsafe fn read_unchecked(&self, pos: i64, len: i64) -> Option<&[u8]> {
         if pos < 0 || len < 0 || pos + len > self.file_size {
             return None;
         }
-        // SAFETY: inside the mapping, which lives as long as `self`; the bytes may change under
-        // the reader (another process appends), which callers tolerate by validating them.
+        // SAFETY: inside the mapping, which lives as long as `self`; nothing in this process
+        // writes the range (the caller's contract); the bytes may change under the reader
+        // (another process appends), which callers tolerate by validating them.
         Some(unsafe {
             std::slice::from_raw_parts(
                 self.map.as_ptr().add(size_to_usize(pos)),
@@ -404,18 +417,30 @@ impl MappedFile {
 
     /// Sets wrote/committed/flushed to `pos` and zeroes everything after it, so that stale
     /// records past a truncation point can never be read back by a later recovery.
-    /// Callers exclude readers of the bytes past `pos` (recovery, truncation).
-    pub fn truncate_to(&self, pos: i64) -> Result<()> {
+    ///
+    /// # Safety
+    /// No slice of this file's bytes at or past `pos` (from [`MappedFile::read`],
+    /// [`MappedFile::read_from`] or [`MappedFile::read_unchecked`]) may be alive, and no
+    /// [`MappedFile::append_with`] may run, until this returns (recovery before the store is
+    /// shared, truncation with every other user of the store excluded). A commit is excluded
+    /// here.
+    pub unsafe fn truncate_to(&self, pos: i64) -> Result<()> {
         let pos = pos.clamp(0, self.file_size);
         // Excludes a commit copying the range being dropped.
         let _buffer = self.lock_buffer();
         self.wrote.store(pos, Ordering::Release);
         self.committed.store(pos, Ordering::Release);
         self.flushed.store(pos, Ordering::Release);
-        self.zero_range(pos, self.file_size)
+        // SAFETY: the caller excludes readers of the bytes past `pos` and appenders; the
+        // buffer lock excludes a commit.
+        unsafe { self.zero_range(pos, self.file_size) }
     }
 
-    fn zero_range(&self, from: i64, to: i64) -> Result<()> {
+    /// Zeroes `[from, to)` in the file.
+    ///
+    /// # Safety
+    /// As [`MappedFile::truncate_to`] for the bytes from `from` on.
+    unsafe fn zero_range(&self, from: i64, to: i64) -> Result<()> {
         if from >= to {
             return Ok(());
         }
@@ -468,14 +493,19 @@ impl MappedFile {
 
     /// `warmMappedFile`: touches every page of the (still empty) file so that appends never
     /// page-fault, forcing every `pages_per_flush` pages when `sync` is set, then `mlock`s it.
-    pub fn warm(&self, sync: bool, pages_per_flush: i64) -> Result<()> {
+    ///
+    /// # Safety
+    /// No [`MappedFile::append_with`] or commit may run on this file until this returns (it
+    /// writes zeros past the wrote position it saw at the start): the caller owns the new file.
+    pub unsafe fn warm(&self, sync: bool, pages_per_flush: i64) -> Result<()> {
         let base = self.map.as_mut_ptr();
         let start = self.wrote_position();
         let mut at = (start + OS_PAGE_SIZE - 1) / OS_PAGE_SIZE * OS_PAGE_SIZE;
         let mut since_flush = 0;
         let mut flushed_to = at;
         while at < self.file_size {
-            // SAFETY: beyond the wrote position, so unpublished; the caller owns the new file.
+            // SAFETY: beyond the wrote position, so unpublished and read by nobody; no appender
+            // runs (the caller's contract).
             unsafe { std::ptr::write_volatile(base.add(size_to_usize(at)), 0u8) };
             at += OS_PAGE_SIZE;
             since_flush += 1;
@@ -591,13 +621,13 @@ mod tests {
         assert!(unsafe { mf.append_with(8188, |_| {}) }.is_none());
         let pos = unsafe { mf.append_with(5000, |b| b.fill(7)) }.unwrap();
         assert_eq!(pos, 5);
-        mf.truncate_to(3).unwrap();
+        unsafe { mf.truncate_to(3) }.unwrap();
         assert_eq!(mf.wrote_position(), 3);
         let reopened = MappedFile::open_existing(&p, 0, 8192).unwrap();
         assert_eq!(reopened.read(0, 8192).unwrap()[..3], *b"hel");
         assert!(reopened.read(3, 8189).unwrap().iter().all(|&b| b == 0));
         assert!(MappedFile::open_existing(&p, 0, 4096).is_err());
-        mf.warm(true, 1).unwrap();
+        unsafe { mf.warm(true, 1) }.unwrap();
         mf.munlock();
         mf.destroy().unwrap();
         assert!(!p.exists());
@@ -629,7 +659,7 @@ mod tests {
         assert!(mf.is_able_to_commit(1));
         assert_eq!(mf.commit(1).unwrap(), 8100);
         // A truncation drops committed and uncommitted bytes alike; appends resume there.
-        mf.truncate_to(50).unwrap();
+        unsafe { mf.truncate_to(50) }.unwrap();
         assert_eq!((mf.wrote_position(), mf.read_position()), (50, 50));
         assert!(std::fs::read(&p).unwrap()[50..8100].iter().all(|&b| b == 0));
         unsafe { mf.append_with(16384 - 50, |b| b.fill(5)) }.unwrap();
@@ -644,7 +674,7 @@ mod tests {
         assert_eq!(file[..50], [9u8; 50]);
         assert!(file[50..].iter().all(|&b| b == 5));
         // Without a buffer (given back, then truncated) appends are readable at once.
-        mf.truncate_to(16000).unwrap();
+        unsafe { mf.truncate_to(16000) }.unwrap();
         unsafe { mf.append_with(10, |b| b.fill(1)) }.unwrap();
         assert_eq!(mf.read_position(), 16010);
         assert_eq!(mf.commit(0).unwrap(), 16010);

@@ -393,15 +393,20 @@ impl MappedFileQueue {
     }
 
     /// `truncateDirtyFiles`: the segment holding `offset` ends there (its tail zeroed), later
-    /// segments are deleted. Callers exclude readers past `offset`.
-    pub fn truncate_dirty(&self, offset: i64) -> Result<()> {
+    /// segments are deleted.
+    ///
+    /// # Safety
+    /// As [`MappedFile::truncate_to`]: no slice of the queue's bytes past `offset` may be alive
+    /// and nothing may append to the queue until this returns.
+    pub unsafe fn truncate_dirty(&self, offset: i64) -> Result<()> {
         let mut files = self.write_files();
         let mut keep = Vec::with_capacity(files.len());
         for f in files.drain(..) {
             let end = f.file_from_offset() + self.file_size;
             if end > offset {
                 if offset >= f.file_from_offset() {
-                    f.truncate_to(offset - f.file_from_offset())?;
+                    // SAFETY: the caller excludes readers past `offset` and appenders.
+                    unsafe { f.truncate_to(offset - f.file_from_offset()) }?;
                     keep.push(f);
                 } else {
                     log::info!(
@@ -477,7 +482,7 @@ mod tests {
         assert_eq!(q.flushed_where(), 2048);
         assert!(q.flush(0).unwrap());
         // Truncation into the first file deletes the second.
-        q.truncate_dirty(512).unwrap();
+        unsafe { q.truncate_dirty(512) }.unwrap();
         assert_eq!(q.files().len(), 1);
         assert_eq!(q.max_offset(), 512);
         assert!(!d.join("00000000000000001024").exists());
