@@ -32,7 +32,7 @@ pub struct AppendResult {
 }
 
 impl AppendResult {
-    pub fn failed(status: PutMessageStatus) -> AppendResult {
+    pub(crate) fn failed(status: PutMessageStatus) -> AppendResult {
         AppendResult {
             status,
             wrote_offset: -1,

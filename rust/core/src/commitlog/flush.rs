@@ -14,7 +14,7 @@ use crate::error::Result;
 /// so that the service waits without holding the store open (a truncation or close waits for
 /// calls in flight).
 #[derive(Default)]
-pub struct CommitRequests {
+pub(crate) struct CommitRequests {
     /// A put appended since the service last looked (`wakeCommitWhenPutMessage`).
     requested: AtomicBool,
     stopped: AtomicBool,
@@ -24,7 +24,7 @@ pub struct CommitRequests {
 
 impl CommitRequests {
     /// Asks for a round: one atomic load when a request is already pending.
-    pub fn request(&self) {
+    pub(crate) fn request(&self) {
         if !self.requested.load(Ordering::Acquire) && !self.requested.swap(true, Ordering::AcqRel) {
             let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
             self.cv.notify_one();
@@ -32,7 +32,7 @@ impl CommitRequests {
     }
 
     /// Waits up to `timeout` for a request (or a stop), then clears it; true once stopped.
-    pub fn wait(&self, timeout: Duration) -> bool {
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
         if !self.requested.load(Ordering::Acquire) && !self.stopped.load(Ordering::Acquire) {
             let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
             if !self.requested.load(Ordering::Acquire) && !self.stopped.load(Ordering::Acquire) {
@@ -48,7 +48,7 @@ impl CommitRequests {
     }
 
     /// Ends the service's waits (shutdown).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.cv.notify_all();

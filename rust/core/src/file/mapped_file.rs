@@ -27,7 +27,7 @@ use crate::error::{Result, StoreError};
 use crate::file::transient_pool::PoolBuffer;
 
 /// `OS_PAGE_SIZE`.
-pub const OS_PAGE_SIZE: i64 = 4096;
+pub(crate) const OS_PAGE_SIZE: i64 = 4096;
 
 static MLOCK_WARNED: AtomicBool = AtomicBool::new(false);
 
@@ -91,7 +91,11 @@ impl MappedFile {
     }
 
     /// Maps an existing segment; positions start at the end (recovery sets the real ones).
-    pub fn open_existing(path: &Path, file_from_offset: i64, file_size: i64) -> Result<MappedFile> {
+    pub(crate) fn open_existing(
+        path: &Path,
+        file_from_offset: i64,
+        file_size: i64,
+    ) -> Result<MappedFile> {
         let file = crate::util::open_store_file(
             path,
             OpenOptions::new().read(true).write(true),
@@ -114,7 +118,7 @@ impl MappedFile {
     /// by another process). Nothing is readable until [`MappedFile::set_read_only_position`]
     /// says how far the bytes can be trusted. `None` when the file is not of `file_size`
     /// bytes yet (another process is creating it).
-    pub fn open_read_only(
+    pub(crate) fn open_read_only(
         path: &Path,
         file_from_offset: i64,
         file_size: i64,
@@ -151,7 +155,7 @@ impl MappedFile {
     /// # Safety
     /// Nothing in this process appends to or commits into this file (it belongs to a read-only
     /// store): the positions it sets would make readers and an appender share bytes.
-    pub unsafe fn set_read_only_position(&self, pos: i64) {
+    pub(crate) unsafe fn set_read_only_position(&self, pos: i64) {
         let pos = pos.clamp(0, self.file_size);
         self.wrote.store(pos, Ordering::Release);
         self.committed.store(pos, Ordering::Release);
@@ -166,7 +170,7 @@ impl MappedFile {
     /// [`MappedFile::append_with`], commit, [`MappedFile::truncate_to`] or
     /// [`MappedFile::warm`] on this file): the file belongs to a read-only store. Another
     /// process may still change the bytes; the caller must not trust them before validating.
-    pub unsafe fn read_unchecked(&self, pos: i64, len: i64) -> Option<&[u8]> {
+    pub(crate) unsafe fn read_unchecked(&self, pos: i64, len: i64) -> Option<&[u8]> {
         if pos < 0 || len < 0 || pos + len > self.file_size {
             return None;
         }
@@ -211,31 +215,31 @@ impl MappedFile {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
-    pub fn file_from_offset(&self) -> i64 {
+    pub(crate) fn file_from_offset(&self) -> i64 {
         self.file_from_offset
     }
 
-    pub fn file_size(&self) -> i64 {
+    pub(crate) fn file_size(&self) -> i64 {
         self.file_size
     }
 
-    pub fn wrote_position(&self) -> i64 {
+    pub(crate) fn wrote_position(&self) -> i64 {
         self.wrote.load(Ordering::Acquire)
     }
 
     /// What readers may see (`getReadPosition`): the committed position, which is the wrote
     /// position for a segment without a write buffer.
-    pub fn read_position(&self) -> i64 {
+    pub(crate) fn read_position(&self) -> i64 {
         self.committed.load(Ordering::Acquire)
     }
 
     /// Gives a fresh segment a write buffer from the transient store pool: appends go there
     /// until [`MappedFile::commit`] copies them into the file.
-    pub fn attach_write_buffer(&self, mut buffer: PoolBuffer) -> Result<()> {
+    pub(crate) fn attach_write_buffer(&self, mut buffer: PoolBuffer) -> Result<()> {
         if buffer.len() != size_to_usize(self.file_size) || self.wrote_position() != 0 {
             return Err(StoreError::corrupted(
                 &self.path,
@@ -250,7 +254,8 @@ impl MappedFile {
     }
 
     /// The segment still holds a write buffer (not fully committed).
-    pub fn has_write_buffer(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_write_buffer(&self) -> bool {
         !self.buffer_ptr.load(Ordering::Acquire).is_null()
     }
 
@@ -260,7 +265,7 @@ impl MappedFile {
 
     /// `isAbleToCommit`: full, or at least `least_pages` whole pages appended since the last
     /// commit (any byte when `least_pages` is 0).
-    pub fn is_able_to_commit(&self, least_pages: i64) -> bool {
+    pub(crate) fn is_able_to_commit(&self, least_pages: i64) -> bool {
         self.is_able_to_move(
             self.committed_position(),
             self.wrote_position(),
@@ -284,7 +289,7 @@ impl MappedFile {
     /// `commit`: copies what was appended to the write buffer since the last commit into the
     /// file (when `is_able_to_commit(least_pages)`) and makes it readable; a fully committed
     /// segment returns its buffer to the pool. Returns the committed position.
-    pub fn commit(&self, least_pages: i64) -> Result<i64> {
+    pub(crate) fn commit(&self, least_pages: i64) -> Result<i64> {
         let mut slot = self.lock_buffer();
         let Some(buffer) = slot.as_mut() else {
             return Ok(self.committed_position());
@@ -318,23 +323,23 @@ impl MappedFile {
         Ok(self.committed_position())
     }
 
-    pub fn flushed_position(&self) -> i64 {
+    pub(crate) fn flushed_position(&self) -> i64 {
         self.flushed.load(Ordering::Acquire)
     }
 
-    pub fn committed_position(&self) -> i64 {
+    pub(crate) fn committed_position(&self) -> i64 {
         self.committed.load(Ordering::Acquire)
     }
 
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.wrote_position() == self.file_size
     }
 
-    pub fn store_timestamp(&self) -> i64 {
+    pub(crate) fn store_timestamp(&self) -> i64 {
         self.store_timestamp.load(Ordering::Acquire)
     }
 
-    pub fn set_store_timestamp(&self, ts: i64) {
+    pub(crate) fn set_store_timestamp(&self, ts: i64) {
         self.store_timestamp.store(ts, Ordering::Release);
     }
 
@@ -370,7 +375,7 @@ impl MappedFile {
     }
 
     /// The readable bytes `[pos, pos+len)`, if all below the read position.
-    pub fn read(&self, pos: i64, len: i64) -> Option<&[u8]> {
+    pub(crate) fn read(&self, pos: i64, len: i64) -> Option<&[u8]> {
         let readable = self.read_position();
         if pos < 0 || len < 0 || pos + len > readable {
             return None;
@@ -385,7 +390,7 @@ impl MappedFile {
     }
 
     /// The readable bytes from `pos` to the read position.
-    pub fn read_from(&self, pos: i64) -> Option<&[u8]> {
+    pub(crate) fn read_from(&self, pos: i64) -> Option<&[u8]> {
         let readable = self.read_position();
         if pos < 0 || pos > readable {
             return None;
@@ -395,13 +400,13 @@ impl MappedFile {
 
     /// `isAbleToFlush`: full, or at least `least_pages` whole pages written since the last flush
     /// (any byte when `least_pages` is 0).
-    pub fn is_able_to_flush(&self, least_pages: i64) -> bool {
+    pub(crate) fn is_able_to_flush(&self, least_pages: i64) -> bool {
         self.is_able_to_move(self.flushed_position(), self.read_position(), least_pages)
     }
 
     /// Forces written bytes to disk when `is_able_to_flush(least_pages)`; returns the flushed
     /// position.
-    pub fn flush(&self, least_pages: i64) -> Result<i64> {
+    pub(crate) fn flush(&self, least_pages: i64) -> Result<i64> {
         if self.is_able_to_flush(least_pages) {
             let flushed = self.flushed_position();
             let target = self.read_position();
@@ -424,7 +429,7 @@ impl MappedFile {
     /// [`MappedFile::append_with`] may run, until this returns (recovery before the store is
     /// shared, truncation with every other user of the store excluded). A commit is excluded
     /// here.
-    pub unsafe fn truncate_to(&self, pos: i64) -> Result<()> {
+    pub(crate) unsafe fn truncate_to(&self, pos: i64) -> Result<()> {
         let pos = pos.clamp(0, self.file_size);
         // Excludes a commit copying the range being dropped.
         let _buffer = self.lock_buffer();
@@ -530,7 +535,7 @@ impl MappedFile {
     }
 
     /// `mlock` + `madvise(WILLNEED)`. When the OS refuses the lock, warn once and go on.
-    pub fn mlock(&self) {
+    pub(crate) fn mlock(&self) {
         match self.map.lock() {
             Ok(()) => self.locked.store(true, Ordering::Release),
             Err(e) => {
@@ -548,18 +553,18 @@ impl MappedFile {
     }
 
     /// Releases an `mlock` taken by [`MappedFile::warm`].
-    pub fn munlock(&self) {
+    pub(crate) fn munlock(&self) {
         if self.locked.swap(false, Ordering::AcqRel) {
             let _ = self.map.unlock();
         }
     }
 
-    pub fn is_locked(&self) -> bool {
+    pub(crate) fn is_locked(&self) -> bool {
         self.locked.load(Ordering::Acquire)
     }
 
     /// Deletes the file; the mapping stays valid for readers that still hold this segment.
-    pub fn destroy(&self) -> Result<()> {
+    pub(crate) fn destroy(&self) -> Result<()> {
         self.munlock();
         match std::fs::remove_file(&self.path) {
             Ok(()) => Ok(()),
