@@ -41,6 +41,8 @@ use crate::wait::DataSignal;
 use append::PutState;
 use group_commit::GroupCommit;
 
+/// The commitlog of one store: its segments, the append path and the flush state. Used only
+/// inside the crate (public because `dispatch` and `read` still take it in public functions).
 pub struct CommitLog {
     queue: MappedFileQueue,
     /// SYNC_FLUSH: only flushed bytes are confirmed (readable by dispatch) and puts wait for
