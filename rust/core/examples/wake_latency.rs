@@ -1,7 +1,8 @@
 //! How long one thread takes to wake another on this machine: two threads hand a counter back
 //! and forth, sleeping (`park`) or spinning (`yield_now`) while they wait. Group commit's
-//! spin-before-sleep windows (`PRODUCER_SPIN`, `GATHER_SPIN` in `commitlog/mod.rs`) exist because
-//! a sleeping hand-off between the CPUs of a virtual machine costs tens of microseconds.
+//! spin-before-sleep windows (`PRODUCER_SPIN`, `GATHER_SPIN` in `commitlog/group_commit.rs`)
+//! exist because a sleeping hand-off between the CPUs of a virtual machine costs tens of
+//! microseconds.
 //!
 //! `cargo run --release -p rmqstore-core --example wake_latency [hand-offs]`; run it under
 //! `taskset -c 0` to see the cost of a wake-up on the same CPU.

@@ -16,6 +16,7 @@ pub mod queue;
 pub mod read;
 pub mod store;
 pub mod util;
+pub(crate) mod wait;
 
 pub use commitlog::{AppendResult, Batch, RecoveryReport, RecoveryStart};
 pub use config::{FlushDiskType, StoreConfig};

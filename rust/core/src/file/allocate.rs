@@ -17,19 +17,19 @@ use crate::file::transient_pool::TransientStorePool;
 use crate::util::offset_to_file_name;
 
 /// How long a put waits for the service to deliver a segment (`waitTimeOut`).
-pub const ALLOCATE_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const ALLOCATE_WAIT: Duration = Duration::from_secs(5);
 /// Delay before a full warmed segment is unlocked (`unlockMappedFile`).
-pub const MUNLOCK_DELAY: Duration = Duration::from_secs(6);
+pub(crate) const MUNLOCK_DELAY: Duration = Duration::from_secs(6);
 
 #[derive(Clone, Copy, Debug)]
-pub struct AllocateConfig {
-    pub file_size: i64,
-    pub warm: bool,
+pub(crate) struct AllocateConfig {
+    pub(crate) file_size: i64,
+    pub(crate) warm: bool,
     /// SYNC_FLUSH: force while warming.
-    pub warm_sync: bool,
-    pub warm_flush_pages: i64,
+    pub(crate) warm_sync: bool,
+    pub(crate) warm_flush_pages: i64,
     /// How long after filling a warmed segment stays locked ([`MUNLOCK_DELAY`]).
-    pub munlock_delay: Duration,
+    pub(crate) munlock_delay: Duration,
 }
 
 type Ready = std::result::Result<Arc<MappedFile>, String>;
@@ -49,7 +49,7 @@ struct State {
     unlock_queue: VecDeque<(Instant, Arc<MappedFile>)>,
 }
 
-pub struct Allocator {
+pub(crate) struct Allocator {
     dir: PathBuf,
     cfg: AllocateConfig,
     /// New segments borrow a write buffer from it when it has one left; released at close.
@@ -69,7 +69,11 @@ pub struct ServiceStep {
 }
 
 impl Allocator {
-    pub fn new(dir: PathBuf, cfg: AllocateConfig, pool: Option<TransientStorePool>) -> Allocator {
+    pub(crate) fn new(
+        dir: PathBuf,
+        cfg: AllocateConfig,
+        pool: Option<TransientStorePool>,
+    ) -> Allocator {
         Allocator {
             dir,
             cfg,
@@ -88,7 +92,9 @@ impl Allocator {
         let started = Instant::now();
         let file = MappedFile::create(&path, offset, self.cfg.file_size)?;
         if self.cfg.warm {
-            file.warm(self.cfg.warm_sync, self.cfg.warm_flush_pages)?;
+            // SAFETY: the file was created just now and is not handed out before this returns,
+            // so nothing appends to it or commits into it.
+            unsafe { file.warm(self.cfg.warm_sync, self.cfg.warm_flush_pages) }?;
         }
         let pool = self.pool.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(buffer) = pool.and_then(|p| p.borrow()) {
@@ -106,7 +112,7 @@ impl Allocator {
 
     /// The segment starting at `offset`, pre-allocated if the service made it, else waited for
     /// or created now. Also asks the service for the segment after it.
-    pub fn obtain(&self, offset: i64) -> Result<Arc<MappedFile>> {
+    pub(crate) fn obtain(&self, offset: i64) -> Result<Arc<MappedFile>> {
         let mut st = self.lock();
         let failed = |e: String| {
             StoreError::io(
@@ -179,12 +185,12 @@ impl Allocator {
 
     /// Lets go of the transient store pool (close): its memory is freed once the segments
     /// holding its buffers are gone too.
-    pub fn release_pool(&self) {
+    pub(crate) fn release_pool(&self) {
         self.pool.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     /// Schedules the release of a full segment's `mlock`.
-    pub fn schedule_munlock(&self, file: Arc<MappedFile>) {
+    pub(crate) fn schedule_munlock(&self, file: Arc<MappedFile>) {
         if !file.is_locked() {
             return;
         }
@@ -199,14 +205,14 @@ impl Allocator {
         }
     }
 
-    pub fn attach_service(&self) {
+    pub(crate) fn attach_service(&self) {
         let mut st = self.lock();
         st.service_attached = true;
     }
 
     /// One round of the service loop: waits up to `timeout` for work, then creates at most one
     /// requested segment and releases due `mlock`s.
-    pub fn service_step(&self, timeout: Duration) -> ServiceStep {
+    pub(crate) fn service_step(&self, timeout: Duration) -> ServiceStep {
         let mut out = ServiceStep::default();
         let deadline = Instant::now() + timeout;
         let mut st = self.lock();
@@ -289,7 +295,7 @@ impl Allocator {
 
     /// Stops the service (its step returns), deletes segments made but never used and releases
     /// pending `mlock`s.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         let mut st = self.lock();
         st.stopped = true;
         st.service_attached = false;
@@ -312,7 +318,7 @@ impl Allocator {
 
     /// Deletes the segments made ahead of need and forgets pending requests (the commitlog was
     /// truncated: they would no longer follow its last segment).
-    pub fn discard_ready(&self) {
+    pub(crate) fn discard_ready(&self) {
         let mut st = self.lock();
         st.generation += 1;
         st.pending.clear();
@@ -328,7 +334,7 @@ impl Allocator {
     }
 
     /// Waits (up to `timeout`) while the service is creating a segment, so shutdown does not race it.
-    pub fn wait_idle(&self, timeout: Duration) {
+    pub(crate) fn wait_idle(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         let mut st = self.lock();
         while st.in_progress.is_some() {
@@ -345,7 +351,7 @@ impl Allocator {
     }
 
     /// Segments pre-allocated and not yet used (for tests and diagnostics).
-    pub fn ready_offsets(&self) -> Vec<i64> {
+    pub(crate) fn ready_offsets(&self) -> Vec<i64> {
         self.lock().ready.keys().copied().collect()
     }
 }

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use crate::error::{Result, StoreError};
 
 /// Most stores one process holds open at once.
-pub const MAX_OPEN_STORES: usize = 1024;
+pub(crate) const MAX_OPEN_STORES: usize = 1024;
 
 /// One open store: its folder's device and inode, and its lock file's descriptor (-1: free).
 struct Slot {
@@ -91,7 +91,7 @@ pub(crate) fn forget_in_child() {
 const LOCK_CONTENT: &[u8] = b"lock";
 
 #[derive(Debug)]
-pub struct StoreLock {
+pub(crate) struct StoreLock {
     file: File,
     key: (u64, u64),
     path: PathBuf,
@@ -125,7 +125,7 @@ impl StoreLock {
     /// Locks the store folder `root` (which must exist). Nothing is written (the lock file is
     /// created empty if missing, and never removed: removing it could let two processes lock two
     /// different files); see [`StoreLock::mark_open`].
-    pub fn acquire(root: &Path) -> Result<StoreLock> {
+    pub(crate) fn acquire(root: &Path) -> Result<StoreLock> {
         crate::fork::generation(); // registers the fork handler before a lock is held
         let meta = std::fs::metadata(root).map_err(|e| StoreError::io("cannot stat", root, e))?;
         let key = (meta.dev(), meta.ino());
@@ -175,7 +175,7 @@ impl StoreLock {
 
     /// After a successful load: writes "lock" into the file as RocketMQ does on start (only if
     /// it is not already there, so an existing store's files stay untouched).
-    pub fn mark_open(&self) -> Result<()> {
+    pub(crate) fn mark_open(&self) -> Result<()> {
         let mut current = Vec::with_capacity(8);
         let mut f = &self.file;
         f.read_to_end(&mut current)
@@ -186,10 +186,6 @@ impl StoreLock {
                 .map_err(|e| StoreError::io("cannot write lock file", &self.path, e))?;
         }
         Ok(())
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 

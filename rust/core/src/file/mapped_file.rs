@@ -3,6 +3,8 @@
 //! Concurrency contract: one appender at a time (the owner's append lock), any number of readers.
 //! Bytes below the read (committed) position are never changed again while readers may hold
 //! them, except by [`MappedFile::truncate_to`], which callers run only with readers excluded.
+//! The functions whose callers must uphold part of this contract are `unsafe` and say what in
+//! their `# Safety` sections.
 //! Positions are atomics published with release/acquire ordering, so a reader that sees a
 //! position sees the bytes below.
 //!
@@ -25,7 +27,7 @@ use crate::error::{Result, StoreError};
 use crate::file::transient_pool::PoolBuffer;
 
 /// `OS_PAGE_SIZE`.
-pub const OS_PAGE_SIZE: i64 = 4096;
+pub(crate) const OS_PAGE_SIZE: i64 = 4096;
 
 static MLOCK_WARNED: AtomicBool = AtomicBool::new(false);
 
@@ -89,7 +91,11 @@ impl MappedFile {
     }
 
     /// Maps an existing segment; positions start at the end (recovery sets the real ones).
-    pub fn open_existing(path: &Path, file_from_offset: i64, file_size: i64) -> Result<MappedFile> {
+    pub(crate) fn open_existing(
+        path: &Path,
+        file_from_offset: i64,
+        file_size: i64,
+    ) -> Result<MappedFile> {
         let file = crate::util::open_store_file(
             path,
             OpenOptions::new().read(true).write(true),
@@ -112,7 +118,7 @@ impl MappedFile {
     /// by another process). Nothing is readable until [`MappedFile::set_read_only_position`]
     /// says how far the bytes can be trusted. `None` when the file is not of `file_size`
     /// bytes yet (another process is creating it).
-    pub fn open_read_only(
+    pub(crate) fn open_read_only(
         path: &Path,
         file_from_offset: i64,
         file_size: i64,
@@ -145,7 +151,11 @@ impl MappedFile {
     }
 
     /// Read-only segments: how far their bytes have been checked and may be read.
-    pub fn set_read_only_position(&self, pos: i64) {
+    ///
+    /// # Safety
+    /// Nothing in this process appends to or commits into this file (it belongs to a read-only
+    /// store): the positions it sets would make readers and an appender share bytes.
+    pub(crate) unsafe fn set_read_only_position(&self, pos: i64) {
         let pos = pos.clamp(0, self.file_size);
         self.wrote.store(pos, Ordering::Release);
         self.committed.store(pos, Ordering::Release);
@@ -154,12 +164,19 @@ impl MappedFile {
 
     /// Bytes `[pos, pos+len)` whatever the positions say: for read-only stores scanning what
     /// another process may still be writing. Callers validate what they find.
-    pub fn read_unchecked(&self, pos: i64, len: i64) -> Option<&[u8]> {
+    ///
+    /// # Safety
+    /// Nothing in this process may write `[pos, pos+len)` while the returned slice lives (no
+    /// [`MappedFile::append_with`], commit, [`MappedFile::truncate_to`] or
+    /// [`MappedFile::warm`] on this file): the file belongs to a read-only store. Another
+    /// process may still change the bytes; the caller must not trust them before validating.
+    pub(crate) unsafe fn read_unchecked(&self, pos: i64, len: i64) -> Option<&[u8]> {
         if pos < 0 || len < 0 || pos + len > self.file_size {
             return None;
         }
-        // SAFETY: inside the mapping, which lives as long as `self`; the bytes may change under
-        // the reader (another process appends), which callers tolerate by validating them.
+        // SAFETY: inside the mapping, which lives as long as `self`; nothing in this process
+        // writes the range (the caller's contract); the bytes may change under the reader
+        // (another process appends), which callers tolerate by validating them.
         Some(unsafe {
             std::slice::from_raw_parts(
                 self.map.as_ptr().add(size_to_usize(pos)),
@@ -198,31 +215,31 @@ impl MappedFile {
         })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
-    pub fn file_from_offset(&self) -> i64 {
+    pub(crate) fn file_from_offset(&self) -> i64 {
         self.file_from_offset
     }
 
-    pub fn file_size(&self) -> i64 {
+    pub(crate) fn file_size(&self) -> i64 {
         self.file_size
     }
 
-    pub fn wrote_position(&self) -> i64 {
+    pub(crate) fn wrote_position(&self) -> i64 {
         self.wrote.load(Ordering::Acquire)
     }
 
     /// What readers may see (`getReadPosition`): the committed position, which is the wrote
     /// position for a segment without a write buffer.
-    pub fn read_position(&self) -> i64 {
+    pub(crate) fn read_position(&self) -> i64 {
         self.committed.load(Ordering::Acquire)
     }
 
     /// Gives a fresh segment a write buffer from the transient store pool: appends go there
     /// until [`MappedFile::commit`] copies them into the file.
-    pub fn attach_write_buffer(&self, mut buffer: PoolBuffer) -> Result<()> {
+    pub(crate) fn attach_write_buffer(&self, mut buffer: PoolBuffer) -> Result<()> {
         if buffer.len() != size_to_usize(self.file_size) || self.wrote_position() != 0 {
             return Err(StoreError::corrupted(
                 &self.path,
@@ -237,7 +254,8 @@ impl MappedFile {
     }
 
     /// The segment still holds a write buffer (not fully committed).
-    pub fn has_write_buffer(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_write_buffer(&self) -> bool {
         !self.buffer_ptr.load(Ordering::Acquire).is_null()
     }
 
@@ -247,7 +265,7 @@ impl MappedFile {
 
     /// `isAbleToCommit`: full, or at least `least_pages` whole pages appended since the last
     /// commit (any byte when `least_pages` is 0).
-    pub fn is_able_to_commit(&self, least_pages: i64) -> bool {
+    pub(crate) fn is_able_to_commit(&self, least_pages: i64) -> bool {
         self.is_able_to_move(
             self.committed_position(),
             self.wrote_position(),
@@ -271,7 +289,7 @@ impl MappedFile {
     /// `commit`: copies what was appended to the write buffer since the last commit into the
     /// file (when `is_able_to_commit(least_pages)`) and makes it readable; a fully committed
     /// segment returns its buffer to the pool. Returns the committed position.
-    pub fn commit(&self, least_pages: i64) -> Result<i64> {
+    pub(crate) fn commit(&self, least_pages: i64) -> Result<i64> {
         let mut slot = self.lock_buffer();
         let Some(buffer) = slot.as_mut() else {
             return Ok(self.committed_position());
@@ -305,23 +323,23 @@ impl MappedFile {
         Ok(self.committed_position())
     }
 
-    pub fn flushed_position(&self) -> i64 {
+    pub(crate) fn flushed_position(&self) -> i64 {
         self.flushed.load(Ordering::Acquire)
     }
 
-    pub fn committed_position(&self) -> i64 {
+    pub(crate) fn committed_position(&self) -> i64 {
         self.committed.load(Ordering::Acquire)
     }
 
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.wrote_position() == self.file_size
     }
 
-    pub fn store_timestamp(&self) -> i64 {
+    pub(crate) fn store_timestamp(&self) -> i64 {
         self.store_timestamp.load(Ordering::Acquire)
     }
 
-    pub fn set_store_timestamp(&self, ts: i64) {
+    pub(crate) fn set_store_timestamp(&self, ts: i64) {
         self.store_timestamp.store(ts, Ordering::Release);
     }
 
@@ -357,7 +375,7 @@ impl MappedFile {
     }
 
     /// The readable bytes `[pos, pos+len)`, if all below the read position.
-    pub fn read(&self, pos: i64, len: i64) -> Option<&[u8]> {
+    pub(crate) fn read(&self, pos: i64, len: i64) -> Option<&[u8]> {
         let readable = self.read_position();
         if pos < 0 || len < 0 || pos + len > readable {
             return None;
@@ -372,7 +390,7 @@ impl MappedFile {
     }
 
     /// The readable bytes from `pos` to the read position.
-    pub fn read_from(&self, pos: i64) -> Option<&[u8]> {
+    pub(crate) fn read_from(&self, pos: i64) -> Option<&[u8]> {
         let readable = self.read_position();
         if pos < 0 || pos > readable {
             return None;
@@ -382,13 +400,13 @@ impl MappedFile {
 
     /// `isAbleToFlush`: full, or at least `least_pages` whole pages written since the last flush
     /// (any byte when `least_pages` is 0).
-    pub fn is_able_to_flush(&self, least_pages: i64) -> bool {
+    pub(crate) fn is_able_to_flush(&self, least_pages: i64) -> bool {
         self.is_able_to_move(self.flushed_position(), self.read_position(), least_pages)
     }
 
     /// Forces written bytes to disk when `is_able_to_flush(least_pages)`; returns the flushed
     /// position.
-    pub fn flush(&self, least_pages: i64) -> Result<i64> {
+    pub(crate) fn flush(&self, least_pages: i64) -> Result<i64> {
         if self.is_able_to_flush(least_pages) {
             let flushed = self.flushed_position();
             let target = self.read_position();
@@ -404,18 +422,30 @@ impl MappedFile {
 
     /// Sets wrote/committed/flushed to `pos` and zeroes everything after it, so that stale
     /// records past a truncation point can never be read back by a later recovery.
-    /// Callers exclude readers of the bytes past `pos` (recovery, truncation).
-    pub fn truncate_to(&self, pos: i64) -> Result<()> {
+    ///
+    /// # Safety
+    /// No slice of this file's bytes at or past `pos` (from [`MappedFile::read`],
+    /// [`MappedFile::read_from`] or [`MappedFile::read_unchecked`]) may be alive, and no
+    /// [`MappedFile::append_with`] may run, until this returns (recovery before the store is
+    /// shared, truncation with every other user of the store excluded). A commit is excluded
+    /// here.
+    pub(crate) unsafe fn truncate_to(&self, pos: i64) -> Result<()> {
         let pos = pos.clamp(0, self.file_size);
         // Excludes a commit copying the range being dropped.
         let _buffer = self.lock_buffer();
         self.wrote.store(pos, Ordering::Release);
         self.committed.store(pos, Ordering::Release);
         self.flushed.store(pos, Ordering::Release);
-        self.zero_range(pos, self.file_size)
+        // SAFETY: the caller excludes readers of the bytes past `pos` and appenders; the
+        // buffer lock excludes a commit.
+        unsafe { self.zero_range(pos, self.file_size) }
     }
 
-    fn zero_range(&self, from: i64, to: i64) -> Result<()> {
+    /// Zeroes `[from, to)` in the file.
+    ///
+    /// # Safety
+    /// As [`MappedFile::truncate_to`] for the bytes from `from` on.
+    unsafe fn zero_range(&self, from: i64, to: i64) -> Result<()> {
         if from >= to {
             return Ok(());
         }
@@ -468,14 +498,19 @@ impl MappedFile {
 
     /// `warmMappedFile`: touches every page of the (still empty) file so that appends never
     /// page-fault, forcing every `pages_per_flush` pages when `sync` is set, then `mlock`s it.
-    pub fn warm(&self, sync: bool, pages_per_flush: i64) -> Result<()> {
+    ///
+    /// # Safety
+    /// No [`MappedFile::append_with`] or commit may run on this file until this returns (it
+    /// writes zeros past the wrote position it saw at the start): the caller owns the new file.
+    pub unsafe fn warm(&self, sync: bool, pages_per_flush: i64) -> Result<()> {
         let base = self.map.as_mut_ptr();
         let start = self.wrote_position();
         let mut at = (start + OS_PAGE_SIZE - 1) / OS_PAGE_SIZE * OS_PAGE_SIZE;
         let mut since_flush = 0;
         let mut flushed_to = at;
         while at < self.file_size {
-            // SAFETY: beyond the wrote position, so unpublished; the caller owns the new file.
+            // SAFETY: beyond the wrote position, so unpublished and read by nobody; no appender
+            // runs (the caller's contract).
             unsafe { std::ptr::write_volatile(base.add(size_to_usize(at)), 0u8) };
             at += OS_PAGE_SIZE;
             since_flush += 1;
@@ -500,7 +535,7 @@ impl MappedFile {
     }
 
     /// `mlock` + `madvise(WILLNEED)`. When the OS refuses the lock, warn once and go on.
-    pub fn mlock(&self) {
+    pub(crate) fn mlock(&self) {
         match self.map.lock() {
             Ok(()) => self.locked.store(true, Ordering::Release),
             Err(e) => {
@@ -518,18 +553,18 @@ impl MappedFile {
     }
 
     /// Releases an `mlock` taken by [`MappedFile::warm`].
-    pub fn munlock(&self) {
+    pub(crate) fn munlock(&self) {
         if self.locked.swap(false, Ordering::AcqRel) {
             let _ = self.map.unlock();
         }
     }
 
-    pub fn is_locked(&self) -> bool {
+    pub(crate) fn is_locked(&self) -> bool {
         self.locked.load(Ordering::Acquire)
     }
 
     /// Deletes the file; the mapping stays valid for readers that still hold this segment.
-    pub fn destroy(&self) -> Result<()> {
+    pub(crate) fn destroy(&self) -> Result<()> {
         self.munlock();
         match std::fs::remove_file(&self.path) {
             Ok(()) => Ok(()),
@@ -591,13 +626,13 @@ mod tests {
         assert!(unsafe { mf.append_with(8188, |_| {}) }.is_none());
         let pos = unsafe { mf.append_with(5000, |b| b.fill(7)) }.unwrap();
         assert_eq!(pos, 5);
-        mf.truncate_to(3).unwrap();
+        unsafe { mf.truncate_to(3) }.unwrap();
         assert_eq!(mf.wrote_position(), 3);
         let reopened = MappedFile::open_existing(&p, 0, 8192).unwrap();
         assert_eq!(reopened.read(0, 8192).unwrap()[..3], *b"hel");
         assert!(reopened.read(3, 8189).unwrap().iter().all(|&b| b == 0));
         assert!(MappedFile::open_existing(&p, 0, 4096).is_err());
-        mf.warm(true, 1).unwrap();
+        unsafe { mf.warm(true, 1) }.unwrap();
         mf.munlock();
         mf.destroy().unwrap();
         assert!(!p.exists());
@@ -629,7 +664,7 @@ mod tests {
         assert!(mf.is_able_to_commit(1));
         assert_eq!(mf.commit(1).unwrap(), 8100);
         // A truncation drops committed and uncommitted bytes alike; appends resume there.
-        mf.truncate_to(50).unwrap();
+        unsafe { mf.truncate_to(50) }.unwrap();
         assert_eq!((mf.wrote_position(), mf.read_position()), (50, 50));
         assert!(std::fs::read(&p).unwrap()[50..8100].iter().all(|&b| b == 0));
         unsafe { mf.append_with(16384 - 50, |b| b.fill(5)) }.unwrap();
@@ -644,7 +679,7 @@ mod tests {
         assert_eq!(file[..50], [9u8; 50]);
         assert!(file[50..].iter().all(|&b| b == 5));
         // Without a buffer (given back, then truncated) appends are readable at once.
-        mf.truncate_to(16000).unwrap();
+        unsafe { mf.truncate_to(16000) }.unwrap();
         unsafe { mf.append_with(10, |b| b.fill(1)) }.unwrap();
         assert_eq!(mf.read_position(), 16010);
         assert_eq!(mf.commit(0).unwrap(), 16010);

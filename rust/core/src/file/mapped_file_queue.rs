@@ -9,7 +9,7 @@ use crate::error::{Result, StoreError};
 use crate::file::mapped_file::MappedFile;
 use crate::util::{file_name_to_offset, offset_to_file_name};
 
-pub struct MappedFileQueue {
+pub(crate) struct MappedFileQueue {
     dir: PathBuf,
     file_size: i64,
     files: RwLock<Vec<Arc<MappedFile>>>,
@@ -107,7 +107,7 @@ impl MappedFileQueue {
     /// file. A last file of length 0 (a crash during allocation) holds nothing: it is set aside
     /// for [`MappedFileQueue::remove_empty_leftover`], which removes it as RocketMQ does once
     /// opening may change files.
-    pub fn load(dir: &Path, file_size: i64) -> Result<MappedFileQueue> {
+    pub(crate) fn load(dir: &Path, file_size: i64) -> Result<MappedFileQueue> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("cannot create", dir, e))?;
         let listing = list_segments(dir, file_size)?;
         let mut files = Vec::with_capacity(listing.files.len());
@@ -138,7 +138,7 @@ impl MappedFileQueue {
 
     /// Removes the empty last segment [`MappedFileQueue::load`] set aside, if any; true if one
     /// was removed.
-    pub fn remove_empty_leftover(&self) -> Result<bool> {
+    pub(crate) fn remove_empty_leftover(&self) -> Result<bool> {
         let Some(path) = self
             .empty_leftover
             .lock()
@@ -164,7 +164,7 @@ impl MappedFileQueue {
     /// (not yet of the configured size) is left out until [`MappedFileQueue::reload_read_only`]
     /// finds it whole. Segments start with nothing readable (see
     /// [`MappedFile::set_read_only_position`]).
-    pub fn load_read_only(dir: &Path, file_size: i64) -> Result<MappedFileQueue> {
+    pub(crate) fn load_read_only(dir: &Path, file_size: i64) -> Result<MappedFileQueue> {
         let q = MappedFileQueue {
             dir: dir.to_path_buf(),
             file_size,
@@ -180,7 +180,7 @@ impl MappedFileQueue {
 
     /// Read-only queues: picks up segments another process added after the last one known, and
     /// forgets those it deleted from the front. Returns true when the list changed.
-    pub fn reload_read_only(&self) -> Result<bool> {
+    pub(crate) fn reload_read_only(&self) -> Result<bool> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -231,16 +231,16 @@ impl MappedFileQueue {
         Ok(changed)
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
-    pub fn file_size(&self) -> i64 {
+    pub(crate) fn file_size(&self) -> i64 {
         self.file_size
     }
 
     /// Path of the segment starting at `offset`.
-    pub fn path_for(&self, offset: i64) -> PathBuf {
+    pub(crate) fn path_for(&self, offset: i64) -> PathBuf {
         self.dir.join(offset_to_file_name(offset))
     }
 
@@ -253,25 +253,25 @@ impl MappedFileQueue {
     }
 
     /// A snapshot of the segments, oldest first.
-    pub fn files(&self) -> Vec<Arc<MappedFile>> {
+    pub(crate) fn files(&self) -> Vec<Arc<MappedFile>> {
         self.read_files().clone()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.read_files().is_empty()
     }
 
-    pub fn first(&self) -> Option<Arc<MappedFile>> {
+    pub(crate) fn first(&self) -> Option<Arc<MappedFile>> {
         self.read_files().first().cloned()
     }
 
-    pub fn last(&self) -> Option<Arc<MappedFile>> {
+    pub(crate) fn last(&self) -> Option<Arc<MappedFile>> {
         self.read_files().last().cloned()
     }
 
     /// Where the next segment starts: right after the last one, or the segment holding
     /// `start_offset` when the queue is empty.
-    pub fn next_file_offset(&self, start_offset: i64) -> i64 {
+    pub(crate) fn next_file_offset(&self, start_offset: i64) -> i64 {
         match self.last() {
             Some(last) => last.file_from_offset() + self.file_size,
             None => start_offset - start_offset.rem_euclid(self.file_size),
@@ -279,7 +279,7 @@ impl MappedFileQueue {
     }
 
     /// Appends a freshly created segment; it must start right after the current last one.
-    pub fn push(&self, file: Arc<MappedFile>) -> Result<()> {
+    pub(crate) fn push(&self, file: Arc<MappedFile>) -> Result<()> {
         let mut files = self.write_files();
         if let Some(last) = files.last() {
             if file.file_from_offset() != last.file_from_offset() + self.file_size {
@@ -294,7 +294,7 @@ impl MappedFileQueue {
     }
 
     /// `findMappedFileByOffset`: the segment holding `offset`, if any.
-    pub fn find_by_offset(&self, offset: i64) -> Option<Arc<MappedFile>> {
+    pub(crate) fn find_by_offset(&self, offset: i64) -> Option<Arc<MappedFile>> {
         let files = self.read_files();
         let first = files.first()?;
         let last = files.last()?;
@@ -319,31 +319,31 @@ impl MappedFileQueue {
     }
 
     /// `getMinOffset`: start of the first segment, -1 when empty.
-    pub fn min_offset(&self) -> i64 {
+    pub(crate) fn min_offset(&self) -> i64 {
         self.first().map(|f| f.file_from_offset()).unwrap_or(-1)
     }
 
     /// `getMaxOffset`: end of the readable region of the last segment, 0 when empty.
-    pub fn max_offset(&self) -> i64 {
+    pub(crate) fn max_offset(&self) -> i64 {
         self.last()
             .map(|f| f.file_from_offset() + f.read_position())
             .unwrap_or(0)
     }
 
-    pub fn flushed_where(&self) -> i64 {
+    pub(crate) fn flushed_where(&self) -> i64 {
         self.flushed_where.load(Ordering::Acquire)
     }
 
-    pub fn set_flushed_where(&self, offset: i64) {
+    pub(crate) fn set_flushed_where(&self, offset: i64) {
         self.flushed_where.store(offset, Ordering::Release);
     }
 
     /// How far the segments' write buffers are committed to the files (`getCommittedWhere`).
-    pub fn committed_where(&self) -> i64 {
+    pub(crate) fn committed_where(&self) -> i64 {
         self.committed_where.load(Ordering::Acquire)
     }
 
-    pub fn set_committed_where(&self, offset: i64) {
+    pub(crate) fn set_committed_where(&self, offset: i64) {
         self.committed_where.store(offset, Ordering::Release);
     }
 
@@ -356,7 +356,7 @@ impl MappedFileQueue {
 
     /// `commit(leastPages)` on the segment holding the committed position; true iff nothing
     /// moved. A segment without a write buffer counts as committed up to what it holds.
-    pub fn commit(&self, least_pages: i64) -> Result<bool> {
+    pub(crate) fn commit(&self, least_pages: i64) -> Result<bool> {
         let where_ = self.committed_where();
         let Some(file) = self.segment_at(where_) else {
             return Ok(true);
@@ -371,12 +371,12 @@ impl MappedFileQueue {
     }
 
     /// Store timestamp of the last message seen by a `flush(0)`.
-    pub fn store_timestamp(&self) -> i64 {
+    pub(crate) fn store_timestamp(&self) -> i64 {
         self.store_timestamp.load(Ordering::Acquire)
     }
 
     /// `flush(leastPages)` on the segment holding the flushed position; true iff nothing moved.
-    pub fn flush(&self, least_pages: i64) -> Result<bool> {
+    pub(crate) fn flush(&self, least_pages: i64) -> Result<bool> {
         let where_ = self.flushed_where();
         let Some(file) = self.segment_at(where_) else {
             return Ok(true);
@@ -393,15 +393,20 @@ impl MappedFileQueue {
     }
 
     /// `truncateDirtyFiles`: the segment holding `offset` ends there (its tail zeroed), later
-    /// segments are deleted. Callers exclude readers past `offset`.
-    pub fn truncate_dirty(&self, offset: i64) -> Result<()> {
+    /// segments are deleted.
+    ///
+    /// # Safety
+    /// As [`MappedFile::truncate_to`]: no slice of the queue's bytes past `offset` may be alive
+    /// and nothing may append to the queue until this returns.
+    pub(crate) unsafe fn truncate_dirty(&self, offset: i64) -> Result<()> {
         let mut files = self.write_files();
         let mut keep = Vec::with_capacity(files.len());
         for f in files.drain(..) {
             let end = f.file_from_offset() + self.file_size;
             if end > offset {
                 if offset >= f.file_from_offset() {
-                    f.truncate_to(offset - f.file_from_offset())?;
+                    // SAFETY: the caller excludes readers past `offset` and appenders.
+                    unsafe { f.truncate_to(offset - f.file_from_offset()) }?;
                     keep.push(f);
                 } else {
                     log::info!(
@@ -477,7 +482,7 @@ mod tests {
         assert_eq!(q.flushed_where(), 2048);
         assert!(q.flush(0).unwrap());
         // Truncation into the first file deletes the second.
-        q.truncate_dirty(512).unwrap();
+        unsafe { q.truncate_dirty(512) }.unwrap();
         assert_eq!(q.files().len(), 1);
         assert_eq!(q.max_offset(), 512);
         assert!(!d.join("00000000000000001024").exists());

@@ -1,3 +1,12 @@
+//! The file layer: fixed-size segment files mapped into memory and the sequences they form,
+//! below any record format.
+//! - `mapped_file`: one segment (append, commit, flush, truncate, warm);
+//! - `mapped_file_queue`: a folder of segments named by their first offset;
+//! - `allocate`: creating segments ahead of need (`AllocateMappedFileService`);
+//! - `transient_pool`: the write buffers of `transientStorePoolEnable`;
+//! - `lockfile`: the store's lock file;
+//! - `checkpoint`: the checkpoint and abort files.
+
 pub mod allocate;
 pub mod checkpoint;
 pub mod lockfile;

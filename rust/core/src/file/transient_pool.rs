@@ -19,6 +19,7 @@ static POOL_MLOCK_WARNED: AtomicBool = AtomicBool::new(false);
 const LOW_WATER_RATIO: f64 = 0.4;
 
 struct Inner {
+    #[cfg_attr(not(test), allow(dead_code))]
     buffer_size: usize,
     total: usize,
     free: Mutex<Vec<MmapMut>>,
@@ -32,7 +33,7 @@ impl Inner {
 
 /// A fixed set of segment-sized write buffers, allocated and locked in memory up front.
 #[derive(Clone)]
-pub struct TransientStorePool {
+pub(crate) struct TransientStorePool {
     inner: Arc<Inner>,
 }
 
@@ -48,7 +49,7 @@ impl std::fmt::Debug for TransientStorePool {
 impl TransientStorePool {
     /// Allocates `count` buffers of `buffer_size` bytes and `mlock`s them (`init`). When the OS
     /// refuses the lock, one warning is logged and the buffers stay unlocked.
-    pub fn new(count: usize, buffer_size: i64) -> Result<TransientStorePool> {
+    pub(crate) fn new(count: usize, buffer_size: i64) -> Result<TransientStorePool> {
         let size = usize::try_from(buffer_size)
             .ok()
             .filter(|s| *s > 0)
@@ -89,21 +90,22 @@ impl TransientStorePool {
     }
 
     /// Buffers in the pool, lent or not.
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.inner.total
     }
 
     /// Buffers free to lend (`availableBufferNums`).
-    pub fn available(&self) -> usize {
+    pub(crate) fn available(&self) -> usize {
         self.inner.lock().len()
     }
 
-    pub fn buffer_size(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn buffer_size(&self) -> usize {
         self.inner.buffer_size
     }
 
     /// Lends the most recently returned buffer (`borrowBuffer`), or `None` when all are lent.
-    pub fn borrow(&self) -> Option<PoolBuffer> {
+    pub(crate) fn borrow(&self) -> Option<PoolBuffer> {
         let mut free = self.inner.lock();
         let map = free.pop();
         let left = free.len();
@@ -128,22 +130,18 @@ impl TransientStorePool {
 }
 
 /// A buffer lent by a [`TransientStorePool`]; dropping it gives it back.
-pub struct PoolBuffer {
+pub(crate) struct PoolBuffer {
     map: Option<MmapMut>,
     pool: Arc<Inner>,
 }
 
 impl PoolBuffer {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.as_ref().map_or(0, |m| m.len())
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Start of the buffer. It stays valid (and at the same address) while this value lives.
-    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
         self.map
             .as_mut()
             .map_or(std::ptr::null_mut(), |m| m.as_mut_ptr())

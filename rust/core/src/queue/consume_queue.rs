@@ -94,7 +94,9 @@ impl ConsumeQueue {
         if let Some(last) = self.queue.last() {
             let from = last.file_from_offset();
             if (from..from + size).contains(&end) {
-                let next = last.read_unchecked(end - from, CQ_STORE_UNIT_SIZE);
+                // SAFETY: a read-only queue (the store refreshes only those): this process
+                // never writes its files; the unit is checked before it counts.
+                let next = unsafe { last.read_unchecked(end - from, CQ_STORE_UNIT_SIZE) };
                 if next.is_some_and(|b| {
                     let u = CqUnit::decode(0, b);
                     u.phy_offset < 0 || u.size <= 0
@@ -126,7 +128,9 @@ impl ConsumeQueue {
             if end < from {
                 break; // a gap: nothing after it is reachable
             }
-            let Some(data) = f.read_unchecked(0, size) else {
+            // SAFETY: a read-only queue: this process never writes its files; each unit is
+            // checked before it counts.
+            let Some(data) = (unsafe { f.read_unchecked(0, size) }) else {
                 break;
             };
             let pos = whole_units_end(data, (end - from) as usize);
@@ -146,8 +150,9 @@ impl ConsumeQueue {
             else {
                 break;
             };
-            let bytes = f
-                .read_unchecked(at - f.file_from_offset(), CQ_STORE_UNIT_SIZE)
+            // SAFETY: a read-only queue: this process never writes its files; the unit is
+            // verified against its record.
+            let bytes = unsafe { f.read_unchecked(at - f.file_from_offset(), CQ_STORE_UNIT_SIZE) }
                 .unwrap_or(&[0; 20]);
             let u = CqUnit::decode(at / CQ_STORE_UNIT_SIZE, bytes);
             if !u.is_pre_blank() && !verify(&u) {
@@ -157,11 +162,13 @@ impl ConsumeQueue {
             at += CQ_STORE_UNIT_SIZE;
         }
         for (f, _) in &found {
-            f.set_read_only_position((end - f.file_from_offset()).clamp(0, size));
+            // SAFETY: a read-only queue: this process never appends to its files.
+            unsafe { f.set_read_only_position((end - f.file_from_offset()).clamp(0, size)) };
         }
         for f in &files {
             if f.file_from_offset() + size <= start {
-                f.set_read_only_position(size);
+                // SAFETY: as above.
+                unsafe { f.set_read_only_position(size) };
             }
         }
         if end > start || self.max_physic_offset() < 0 {
@@ -187,7 +194,9 @@ impl ConsumeQueue {
         let f = files
             .iter()
             .find(|f| logic >= f.file_from_offset() && logic < f.file_from_offset() + size)?;
-        let b = f.read_unchecked(logic - f.file_from_offset(), CQ_STORE_UNIT_SIZE)?;
+        // SAFETY: only called by `refresh_read_only`: a read-only queue, whose files this
+        // process never writes.
+        let b = unsafe { f.read_unchecked(logic - f.file_from_offset(), CQ_STORE_UNIT_SIZE) }?;
         Some(CqUnit::decode(logic / CQ_STORE_UNIT_SIZE, b))
     }
 
@@ -482,7 +491,9 @@ impl ConsumeQueue {
                 break;
             }
         }
-        self.queue.truncate_dirty(end)?;
+        // SAFETY: recovery runs while the store opens, before anything reads or appends to the
+        // queue; the scan's slices are gone.
+        unsafe { self.queue.truncate_dirty(end) }?;
         self.queue.set_flushed_where(end);
         self.max_physic_offset.store(max_phy, Ordering::Release);
         // The first unit that is not a pre-blank is the minimum.
@@ -514,7 +525,9 @@ impl ConsumeQueue {
             break;
         }
         if let Some(cut) = cut {
-            self.queue.truncate_dirty(cut)?;
+            // SAFETY: called while the store opens (recovery) or under its exclusive state lock
+            // (`truncate_files`): nothing else reads or appends to the queue.
+            unsafe { self.queue.truncate_dirty(cut) }?;
             if self.queue.max_offset() <= self.min_logic_offset.load(Ordering::Acquire) {
                 self.min_logic_offset
                     .store(self.queue.max_offset(), Ordering::Release);

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::commitlog::{
-    AppendResult, Batch, CommitLog, CommitRequests, DataSignal, RecoveryReport, RecoveryStart,
+    AppendResult, Batch, CommitLog, CommitRequests, RecoveryReport, RecoveryStart,
 };
 use crate::config::{FlushDiskType, StoreConfig};
 use crate::dispatch::{reput, ReputStep};
@@ -21,6 +21,7 @@ use crate::index::IndexService;
 use crate::queue::consume_queue::ConsumeQueue;
 use crate::queue::store::ConsumeQueueStore;
 use crate::read::{GetMessageResult, TagFilter, TimeBoundary};
+use crate::wait::DataSignal;
 
 struct Open {
     commitlog: CommitLog,
@@ -249,7 +250,9 @@ impl MessageStore {
                 dispatch_from: cqs.max_physic_offset(),
             }
         };
-        let mut recovery = commitlog.recover(config.check_crc_on_recover, start)?;
+        // SAFETY: the commitlog was loaded just now and is not shared yet: nothing else reads
+        // or appends to it.
+        let mut recovery = unsafe { commitlog.recover(config.check_crc_on_recover, start) }?;
         machine.transit(StoreState::RecoverCommitlogOk)?;
         recovery.abnormal = !last_exit_ok;
         // Consume queues never point past the commitlog's valid end; what they hold before
@@ -647,7 +650,9 @@ impl MessageStore {
             }
         }
         self.allocator.discard_ready();
-        o.commitlog.truncate(offset, o.cqs.offset_table())?;
+        // SAFETY: the state's write lock is held: no other call is in flight, and no call
+        // leaves a slice of the commitlog behind.
+        unsafe { o.commitlog.truncate(offset, o.cqs.offset_table()) }?;
         {
             let mut from = o.reput_from.lock().unwrap_or_else(|p| p.into_inner());
             *from = resume.max(o.commitlog.min_offset().max(0));

@@ -1,0 +1,420 @@
+//! The put path: a message or batch checked, encoded and appended under the append lock
+//! (`asyncPutMessage`, `asyncPutMessages`, `DefaultAppendMessageCallback`), rolling to a new
+//! segment behind an end-of-file blank record, and the topic-queue offset table it numbers
+//! messages with.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+
+use super::CommitLog;
+use crate::file::mapped_file::MappedFile;
+use crate::format::MAX_QUEUE_OFFSET;
+use crate::format::{
+    check_envelope, render_properties, sysflag, write_blank, HostAddr, Message, PreparedBody,
+    PutMessageStatus, RecordEnvelope, RecordTemplate, END_FILE_MIN_BLANK_LENGTH,
+};
+use crate::util::now_millis;
+
+/// The outcome of a put: RocketMQ's `PutMessageResult` + `AppendMessageResult`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendResult {
+    pub status: PutMessageStatus,
+    /// Commitlog offset of the first record (-1 when nothing was written).
+    pub wrote_offset: i64,
+    /// Bytes of all records written.
+    pub wrote_bytes: i64,
+    /// Queue offset of the first record.
+    pub queue_offset: i64,
+    pub store_timestamp: i64,
+    /// Size of each record, in order (one entry for a single put).
+    pub record_sizes: Vec<i32>,
+}
+
+impl AppendResult {
+    pub(crate) fn failed(status: PutMessageStatus) -> AppendResult {
+        AppendResult {
+            status,
+            wrote_offset: -1,
+            wrote_bytes: 0,
+            queue_offset: -1,
+            store_timestamp: 0,
+            record_sizes: Vec::new(),
+        }
+    }
+
+    /// `isOk`: the message was appended (a FLUSH_DISK_TIMEOUT put is stored, only not yet
+    /// known to be forced).
+    pub fn is_ok(&self) -> bool {
+        matches!(
+            self.status,
+            PutMessageStatus::PutOk | PutMessageStatus::FlushDiskTimeout
+        )
+    }
+
+    pub fn msg_num(&self) -> usize {
+        self.record_sizes.len()
+    }
+
+    /// Commitlog offset of every record.
+    pub fn record_offsets(&self) -> impl Iterator<Item = i64> + '_ {
+        self.record_sizes
+            .iter()
+            .scan(self.wrote_offset, |at, &size| {
+                let here = *at;
+                *at += i64::from(size);
+                Some(here)
+            })
+    }
+}
+
+/// A batch of bodies that share topic, queue, properties and the rest of the envelope.
+#[derive(Debug)]
+pub struct Batch<'a> {
+    pub topic: &'a str,
+    pub queue_id: i32,
+    pub bodies: &'a [&'a [u8]],
+    pub properties: &'a [(String, String)],
+    pub flag: i32,
+    pub born_timestamp: i64,
+    pub born_host: Option<HostAddr>,
+}
+
+#[derive(Default)]
+pub(super) struct PutState {
+    /// topic -> queue id -> next queue offset (`topicQueueTable`).
+    pub(super) queue_offsets: HashMap<String, HashMap<i32, i64>>,
+    /// Store timestamps never go backwards, even if the wall clock does.
+    pub(super) last_store_ts: i64,
+}
+
+impl PutState {
+    fn next_queue_offset(&self, topic: &str, queue_id: i32) -> i64 {
+        self.queue_offsets
+            .get(topic)
+            .and_then(|q| q.get(&queue_id))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The queues of `topic`, allocating its name only the first time.
+    fn queues_mut(&mut self, topic: &str) -> &mut HashMap<i32, i64> {
+        if !self.queue_offsets.contains_key(topic) {
+            self.queue_offsets.insert(topic.to_owned(), HashMap::new());
+        }
+        self.queue_offsets.get_mut(topic).expect("inserted above")
+    }
+
+    fn set_queue_offset(&mut self, topic: &str, queue_id: i32, next: i64) {
+        self.queues_mut(topic).insert(queue_id, next);
+    }
+
+    /// Raises the next queue offset to `next` if it is lower (recovery and its merges).
+    pub(super) fn raise_queue_offset(&mut self, topic: &str, queue_id: i32, next: i64) {
+        let e = self.queues_mut(topic).entry(queue_id).or_insert(next);
+        *e = (*e).max(next);
+    }
+}
+
+impl CommitLog {
+    fn lock_put(&self) -> MutexGuard<'_, PutState> {
+        let g = self.put.lock().unwrap_or_else(|p| p.into_inner());
+        self.begin_time_in_lock
+            .store(now_millis(), Ordering::Release);
+        g
+    }
+
+    fn unlock_put(&self, g: MutexGuard<'_, PutState>) {
+        self.begin_time_in_lock.store(0, Ordering::Release);
+        drop(g);
+    }
+
+    /// How long the append lock has been held, 0 when free (`lockTimeMills`).
+    pub(crate) fn lock_time_millis(&self) -> i64 {
+        let begin = self.begin_time_in_lock.load(Ordering::Acquire);
+        if begin == 0 {
+            0
+        } else {
+            (now_millis() - begin).max(0)
+        }
+    }
+
+    fn envelope<'a>(
+        &self,
+        topic: &'a str,
+        queue_id: i32,
+        flag: i32,
+        sys_flag: i32,
+        born_timestamp: i64,
+        born_host: Option<HostAddr>,
+    ) -> RecordEnvelope<'a> {
+        RecordEnvelope {
+            topic,
+            queue_id,
+            flag,
+            sys_flag,
+            born_timestamp,
+            born_host: born_host.unwrap_or(self.store_host),
+            store_host: self.store_host,
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        }
+    }
+
+    /// The checks RocketMQ's put hook makes before encoding: a full disk refuses writes, and a
+    /// writer stuck in the append lock makes others back off.
+    fn admission(&self) -> Result<(), PutMessageStatus> {
+        if self.disk_full.load(Ordering::Acquire) {
+            return Err(PutMessageStatus::ServiceNotAvailable);
+        }
+        if self.is_os_page_cache_busy() {
+            return Err(PutMessageStatus::OsPageCacheBusy);
+        }
+        Ok(())
+    }
+
+    /// `isOSPageCacheBusy`: the append lock has been held longer than the busy timeout.
+    pub(crate) fn is_os_page_cache_busy(&self) -> bool {
+        let held = self.lock_time_millis();
+        held > self.busy_timeout_ms && held < 10_000_000
+    }
+
+    /// Appends one message (`asyncPutMessage`, without the flush/HA waits of later layers).
+    pub(crate) fn put_message(&self, msg: &Message) -> AppendResult {
+        if let Err(s) = self.admission() {
+            return AppendResult::failed(s);
+        }
+        let props =
+            match render_properties(msg.properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+                Ok(p) => p,
+                Err(s) => return AppendResult::failed(s),
+            };
+        let mut env = self.envelope(
+            &msg.topic,
+            msg.queue_id,
+            msg.flag,
+            msg.sys_flag,
+            msg.born_timestamp,
+            msg.born_host,
+        );
+        env.reconsume_times = msg.reconsume_times;
+        env.prepared_transaction_offset = msg.prepared_transaction_offset;
+        if let Err(s) = check_envelope(&env, &props) {
+            return AppendResult::failed(s);
+        }
+        let template = RecordTemplate::new(&env, &props);
+        match template.prepare(&msg.body, &self.limits) {
+            Ok(body) => {
+                let r = self.append(&template, std::slice::from_ref(&body));
+                self.handle_disk_flush(r, msg.property(crate::format::property::WAIT))
+            }
+            Err(s) => AppendResult::failed(s),
+        }
+    }
+
+    /// Appends a batch as contiguous records in one segment with one store timestamp
+    /// (`asyncPutMessages`).
+    pub(crate) fn put_messages(&self, batch: &Batch<'_>) -> AppendResult {
+        if let Err(s) = self.admission() {
+            return AppendResult::failed(s);
+        }
+        if batch.bodies.is_empty() {
+            return AppendResult::failed(PutMessageStatus::MessageIllegal);
+        }
+        let props = match render_properties(
+            batch
+                .properties
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        ) {
+            Ok(p) => p,
+            Err(s) => return AppendResult::failed(s),
+        };
+        let env = self.envelope(
+            batch.topic,
+            batch.queue_id,
+            batch.flag,
+            0,
+            batch.born_timestamp,
+            batch.born_host,
+        );
+        if let Err(s) = check_envelope(&env, &props) {
+            return AppendResult::failed(s);
+        }
+        let template = RecordTemplate::new(&env, &props);
+        let mut prepared = Vec::with_capacity(batch.bodies.len());
+        let mut total: i64 = 0;
+        for body in batch.bodies {
+            match template.prepare(body, &self.limits) {
+                Ok(p) => {
+                    total += i64::from(p.total_len);
+                    prepared.push(p);
+                }
+                Err(s) => return AppendResult::failed(s),
+            }
+        }
+        if total > self.limits.max_record_in_segment {
+            // A batch lands whole in one segment, so it cannot be larger than one.
+            return AppendResult::failed(PutMessageStatus::MessageIllegal);
+        }
+        let r = self.append(&template, &prepared);
+        let wait = batch
+            .properties
+            .iter()
+            .find(|(k, _)| k == crate::format::property::WAIT)
+            .map(|(_, v)| v.as_str());
+        self.handle_disk_flush(r, wait)
+    }
+
+    /// `handleDiskFlush`: in SYNC_FLUSH mode a put returns once its bytes are forced, or with
+    /// FLUSH_DISK_TIMEOUT after `syncFlushTimeout` (the message is stored either way); a message
+    /// whose WAIT property is "false" does not wait.
+    fn handle_disk_flush(&self, mut r: AppendResult, wait: Option<&str>) -> AppendResult {
+        if self.pool.is_some() && !self.sync_flush && self.wake_commit_on_put && r.is_ok() {
+            self.commits.request();
+        }
+        if self.sync_flush && r.status == PutMessageStatus::PutOk && wait != Some("false") {
+            let end = r.wrote_offset + r.wrote_bytes;
+            if !self.await_flush(end) {
+                r.status = PutMessageStatus::FlushDiskTimeout;
+            }
+        }
+        r
+    }
+
+    fn new_segment(&self) -> Result<Arc<MappedFile>, PutMessageStatus> {
+        if let Err(e) = self.refresh_disk_full() {
+            log::warn!(target: "rmqstore.disk", "cannot read disk usage: {e}");
+        }
+        let offset = self.queue.next_file_offset(0);
+        if offset.checked_add(self.queue.file_size()).is_none() {
+            log::error!(
+                target: "rmqstore.commitlog",
+                "no commitlog segment can start at offset {offset}: it would end past the \
+                 largest offset ({}); the store is full",
+                i64::MAX
+            );
+            return Err(PutMessageStatus::CreateMappedFileFailed);
+        }
+        match self.allocator.obtain(offset) {
+            Ok(f) => {
+                if let Err(e) = self.queue.push(f.clone()) {
+                    log::error!(target: "rmqstore.commitlog", "{e}");
+                    let _ = f.destroy();
+                    return Err(PutMessageStatus::CreateMappedFileFailed);
+                }
+                Ok(f)
+            }
+            Err(e) => {
+                log::error!(target: "rmqstore.commitlog", "create mapped file failed: {e}");
+                Err(PutMessageStatus::CreateMappedFileFailed)
+            }
+        }
+    }
+
+    /// Lays `records` down contiguously under the append lock.
+    fn append(&self, template: &RecordTemplate<'_>, records: &[PreparedBody<'_>]) -> AppendResult {
+        let total: i64 = records.iter().map(|r| i64::from(r.total_len)).sum();
+        let consumes_offsets = matches!(
+            template.transaction_type(),
+            sysflag::TRANSACTION_NOT_TYPE | sysflag::TRANSACTION_COMMIT_TYPE
+        );
+        let mut st = self.lock_put();
+        let store_ts = now_millis().max(st.last_store_ts);
+        let base_queue_offset = if consumes_offsets {
+            st.next_queue_offset(template.topic, template.queue_id)
+        } else {
+            0
+        };
+        // The last record's queue offset is base + len - 1, and must not pass the largest.
+        if base_queue_offset > MAX_QUEUE_OFFSET + 1 - records.len() as i64 {
+            // The queue's units could not be placed: refuse rather than wrap.
+            self.unlock_put(st);
+            log::error!(
+                target: "rmqstore.commitlog",
+                "queue {}/{} is at queue offset {base_queue_offset}: {} more messages would pass \
+                 the largest queue offset ({MAX_QUEUE_OFFSET})",
+                template.topic,
+                template.queue_id,
+                records.len()
+            );
+            return AppendResult::failed(PutMessageStatus::UnknownError);
+        }
+        let mut file = match self.queue.last() {
+            Some(f) if !f.is_full() => f,
+            _ => match self.new_segment() {
+                Ok(f) => f,
+                Err(s) => {
+                    self.unlock_put(st);
+                    return AppendResult::failed(s);
+                }
+            },
+        };
+        let free = file.file_size() - file.wrote_position();
+        if total + i64::from(END_FILE_MIN_BLANK_LENGTH) > free {
+            // END_OF_FILE: an 8-byte blank record claims the rest of the segment.
+            // SAFETY: the append lock is held.
+            unsafe { file.append_with(free, |b| write_blank(b, free as i32)) };
+            self.allocator.schedule_munlock(file.clone());
+            file = match self.new_segment() {
+                Ok(f) => f,
+                Err(s) => {
+                    self.unlock_put(st);
+                    return AppendResult::failed(s);
+                }
+            };
+            if total + i64::from(END_FILE_MIN_BLANK_LENGTH)
+                > file.file_size() - file.wrote_position()
+            {
+                self.unlock_put(st);
+                return AppendResult::failed(PutMessageStatus::UnknownError);
+            }
+        }
+        let wrote_offset = file.file_from_offset() + file.wrote_position();
+        // SAFETY: the append lock is held.
+        let placed = unsafe {
+            file.append_with(total, |dst| {
+                let mut at = 0usize;
+                let mut phy = wrote_offset;
+                for (i, r) in records.iter().enumerate() {
+                    let len = r.total_len as usize;
+                    let qo = if consumes_offsets {
+                        base_queue_offset + i as i64
+                    } else {
+                        0
+                    };
+                    template.write_record(&mut dst[at..at + len], r, qo, phy, store_ts);
+                    at += len;
+                    phy += i64::from(r.total_len);
+                }
+            })
+        };
+        debug_assert!(placed.is_some());
+        file.set_store_timestamp(store_ts);
+        st.last_store_ts = store_ts;
+        if consumes_offsets {
+            st.set_queue_offset(
+                template.topic,
+                template.queue_id,
+                base_queue_offset + records.len() as i64,
+            );
+        }
+        self.unlock_put(st);
+        AppendResult {
+            status: PutMessageStatus::PutOk,
+            wrote_offset,
+            wrote_bytes: total,
+            queue_offset: base_queue_offset,
+            store_timestamp: store_ts,
+            record_sizes: records.iter().map(|r| r.total_len).collect(),
+        }
+    }
+
+    /// The next queue offset a put to `topic`/`queue_id` would get.
+    pub(crate) fn next_queue_offset(&self, topic: &str, queue_id: i32) -> i64 {
+        self.put
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next_queue_offset(topic, queue_id)
+    }
+}
