@@ -176,7 +176,7 @@ impl MessageStore {
 
     /// `Err` in a forked child of the process that opened the store (see
     /// [`MessageStore::is_forked_copy`]), with the message every call gives there.
-    pub fn check_not_forked(&self) -> Result<()> {
+    pub(crate) fn check_not_forked(&self) -> Result<()> {
         if self.is_forked_copy() {
             return Err(self.forked_error());
         }

@@ -154,7 +154,7 @@ impl MessageStore {
                 None => {}
             }
             // Keys missing between two index files (RocketMQ can lose a file's worth, see
-            // `reput::fill_index_gaps`) are indexed again, in files between the two.
+            // `dispatch::fill_index_gaps`) are indexed again, in files between the two.
             let refilled = crate::dispatch::fill_index_gaps(&commitlog, index)?;
             if refilled > 0 {
                 log::warn!(

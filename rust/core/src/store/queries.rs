@@ -145,7 +145,7 @@ impl MessageStore {
     }
 
     /// The consume queue unit at `queue_offset`, if present.
-    pub fn queue_unit(
+    pub(crate) fn queue_unit(
         &self,
         topic: &str,
         queue_id: i32,

@@ -24,7 +24,7 @@ pub enum StoreState {
 }
 
 impl StoreState {
-    pub const ALL: [StoreState; 13] = [
+    pub(crate) const ALL: [StoreState; 13] = [
         StoreState::Init,
         StoreState::LoadBegin,
         StoreState::LoadCommitlogOk,
@@ -66,7 +66,7 @@ impl StoreState {
 
 /// Forward-only state holder.
 #[derive(Debug)]
-pub struct StateMachine {
+pub(crate) struct StateMachine {
     state: std::sync::atomic::AtomicU8,
 }
 
@@ -79,7 +79,7 @@ impl Default for StateMachine {
 }
 
 impl StateMachine {
-    pub fn get(&self) -> StoreState {
+    pub(crate) fn get(&self) -> StoreState {
         let v = self.state.load(Ordering::Acquire);
         StoreState::ALL
             .iter()
@@ -90,7 +90,7 @@ impl StateMachine {
 
     /// Moves to `to`; a transition backwards (or to the same state) is refused and leaves the
     /// state as it was.
-    pub fn transit(&self, to: StoreState) -> Result<()> {
+    pub(crate) fn transit(&self, to: StoreState) -> Result<()> {
         let from = self.get();
         if to <= from {
             return Err(StoreError::InvalidArgument(format!(
