@@ -120,6 +120,8 @@ impl Open {
     }
 }
 
+/// A message store open in one folder (see the module header): the handle every call goes
+/// through, shared between threads.
 pub struct MessageStore {
     root: PathBuf,
     machine: Arc<StateMachine>,
