@@ -1,4 +1,6 @@
-//! Dispatch rules that the Python API cannot reach: transaction types and the confirm offset.
+//! Dispatch through the store's API: transaction types, the confirm offset, the two-thread
+//! pipeline, group commit, damaged records passed over, where a reopened store resumes, and
+//! keys missing between index files indexed again at open.
 
 use std::path::PathBuf;
 use std::sync::Arc;
