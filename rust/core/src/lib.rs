@@ -1,5 +1,5 @@
 //! rmqstore-core: a message store that reads and writes Apache RocketMQ's on-disk format byte
-//! for byte (commitlog segments, and in later layers consume queues, index files, checkpoint).
+//! for byte (commitlog segments, consume queues, index files, checkpoint, abort marker).
 //!
 //! This crate has no Python in it; `rmqstore-py` binds it. Everything on disk is fixed-width
 //! big-endian, as RocketMQ's Java `ByteBuffer`s write it.

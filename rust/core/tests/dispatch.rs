@@ -1,4 +1,6 @@
-//! Dispatch rules that the Python API cannot reach: transaction types and the confirm offset.
+//! Dispatch through the store's API: transaction types, the confirm offset, the two-thread
+//! pipeline, group commit, damaged records passed over, where a reopened store resumes, and
+//! keys missing between index files indexed again at open.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -412,4 +414,229 @@ fn batches_sharing_keys_dispatch_on_two_threads_byte_for_byte_as_on_one() {
     }
     let _ = std::fs::remove_dir_all(&a);
     let _ = std::fs::remove_dir_all(&b);
+}
+
+/// The commitlog's first segment of the store in `d`.
+fn first_segment(d: &std::path::Path) -> PathBuf {
+    d.join("commitlog").join(format!("{:020}", 0))
+}
+
+/// Overwrites the bytes `at` of the first segment.
+fn patch(d: &std::path::Path, at: usize, bytes: &[u8]) {
+    let path = first_segment(d);
+    let mut data = std::fs::read(&path).unwrap();
+    data[at..at + bytes.len()].copy_from_slice(bytes);
+    std::fs::write(&path, data).unwrap();
+}
+
+/// Where the only occurrence of `needle` is in the first segment.
+fn find_once(d: &std::path::Path, needle: &[u8]) -> usize {
+    let data = std::fs::read(first_segment(d)).unwrap();
+    let hits: Vec<usize> = data
+        .windows(needle.len())
+        .enumerate()
+        .filter(|(_, w)| *w == needle)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(hits.len(), 1, "{needle:?} found {} times", hits.len());
+    hits[0]
+}
+
+#[test]
+fn records_whose_topic_or_queue_a_put_never_writes_are_skipped_and_counted() {
+    // Topic and queue id are outside the body CRC: damaged there, a record still recovers, but
+    // dispatch passes it over (no consume queue, no index entry), counts it and goes on, also
+    // when the queues and the index are rebuilt from the commitlog.
+    let d = dir("skipped");
+    let (bad_topic, bad_queue) = {
+        let store = MessageStore::open(&d, config()).unwrap();
+        assert!(store.put_message(&msg("Good", "g0", 0)).unwrap().is_ok());
+        let bad_topic = store.put_message(&msg("QQQ", "q0", 0)).unwrap();
+        assert!(store.put_message(&msg("Good", "g1", 0)).unwrap().is_ok());
+        let bad_queue = store.put_message(&msg("NegQ", "n0", 0)).unwrap();
+        assert!(store.put_message(&msg("Good", "g2", 0)).unwrap().is_ok());
+        store.close().unwrap();
+        (bad_topic.wrote_offset, bad_queue.wrote_offset)
+    };
+    // TOPICLEN and TOPIC: `QQQ` becomes `../`; QUEUEID (record bytes 12..16) of NegQ becomes -1.
+    let at = find_once(&d, b"\x03QQQ");
+    patch(&d, at + 1, b"../");
+    patch(&d, bad_queue as usize + 12, &(-1i32).to_be_bytes());
+    for sub in ["consumequeue", "index"] {
+        std::fs::remove_dir_all(d.join(sub)).unwrap();
+    }
+    let store = MessageStore::open(&d, config()).unwrap();
+    drain(&store);
+    assert_eq!(store.skipped_records().unwrap(), 2);
+    assert_eq!(store.topics().unwrap(), vec!["Good"]);
+    let r = store
+        .get_message("Good", 0, 0, 32, &TagFilter::all())
+        .unwrap();
+    let bodies: Vec<&[u8]> = r.messages.iter().map(|m| m.body()).collect();
+    assert_eq!(bodies, vec![&b"g0"[..], &b"g1"[..], &b"g2"[..]]);
+    assert_eq!(
+        store
+            .query_message("Good", "g2", 4, 0, i64::MAX)
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(store
+        .query_message("NegQ", "n0", 4, 0, i64::MAX)
+        .unwrap()
+        .is_empty());
+    assert!(!d.join("consumequeue").join("..").join("0").exists());
+    // The damaged records are still there, readable by offset as stored.
+    let m = store.look_message_by_offset(bad_topic).unwrap().unwrap();
+    assert_eq!(m.topic(), "../");
+    assert_eq!(
+        store
+            .look_message_by_offset(bad_queue)
+            .unwrap()
+            .unwrap()
+            .queue_id,
+        -1
+    );
+    // Puts go on after them.
+    assert!(store.put_message(&msg("Good", "g3", 0)).unwrap().is_ok());
+    drain(&store);
+    assert_eq!(store.max_offset_in_queue("Good", 0).unwrap(), 4);
+    assert_eq!(store.skipped_records().unwrap(), 2, "counted once");
+    store.close().unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Bodies of queue `topic`/0, in order.
+fn bodies_of(store: &MessageStore, topic: &str) -> Vec<Vec<u8>> {
+    let r = store
+        .get_message(topic, 0, 0, 64, &TagFilter::all())
+        .unwrap();
+    r.messages.iter().map(|m| m.body().to_vec()).collect()
+}
+
+#[test]
+fn a_reopened_store_dispatches_from_where_its_queues_end() {
+    let d = dir("resume");
+    let crashed = dir("resume-crashed");
+    let store = MessageStore::open(&d, config()).unwrap();
+    for i in 0..10 {
+        assert!(store
+            .put_message(&msg("R", &format!("k{i}"), 0))
+            .unwrap()
+            .is_ok());
+    }
+    drain(&store);
+    store.flush_consume_queues(0).unwrap();
+    // Five more, not dispatched yet, then the folder as a crash would leave it.
+    for i in 10..15 {
+        assert!(store
+            .put_message(&msg("R", &format!("k{i}"), 0))
+            .unwrap()
+            .is_ok());
+    }
+    store.flush().unwrap();
+    assert!(store.dispatch_behind_bytes().unwrap() > 0);
+    copy_tree(&d, &crashed);
+    store.close().unwrap();
+    let want: Vec<Vec<u8>> = (0..15).map(|i| format!("k{i}").into_bytes()).collect();
+    for (path, abnormal) in [(&d, false), (&crashed, true)] {
+        let store = MessageStore::open(path, config()).unwrap();
+        assert_eq!(store.recovery_report().unwrap().abnormal, abnormal);
+        // The open dispatched what was behind, and nothing twice.
+        assert_eq!(store.dispatch_behind_bytes().unwrap(), 0);
+        assert_eq!(store.max_offset_in_queue("R", 0).unwrap(), 15);
+        assert_eq!(bodies_of(&store, "R"), want);
+        for i in [0, 9, 10, 14] {
+            let found = store
+                .query_message("R", &format!("k{i}"), 4, 0, i64::MAX)
+                .unwrap();
+            assert_eq!(found.len(), 1, "k{i}");
+            assert_eq!(found[0].queue_offset, i);
+        }
+        // New puts continue the queue.
+        let r = store.put_message(&msg("R", "k15", 0)).unwrap();
+        assert_eq!(r.queue_offset, 15);
+        drain(&store);
+        assert_eq!(store.max_offset_in_queue("R", 0).unwrap(), 16);
+        store.close().unwrap();
+        // A clean reopen dispatches nothing again.
+        let store = MessageStore::open(path, config()).unwrap();
+        assert_eq!(store.max_offset_in_queue("R", 0).unwrap(), 16);
+        assert_eq!(
+            store
+                .dispatch_step(1 << 20, Duration::ZERO)
+                .unwrap()
+                .dispatched,
+            0
+        );
+        store.close().unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(&crashed);
+}
+
+/// Index files of the store in `d`, by name.
+fn index_files(d: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(d.join("index"))
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn keys_missing_between_index_files_are_indexed_again_at_open() {
+    // An index file lost from between two others (as RocketMQ loses one when a second file is
+    // made within the same millisecond): opening finds the stretch of the commitlog no file
+    // covers and indexes it again, in a file named between the neighbours.
+    let d = dir("gap");
+    let store = MessageStore::open(&d, config()).unwrap();
+    let n = 200;
+    for i in 0..n {
+        let mut m = msg("Gap", &format!("k{i} x{i}"), 0);
+        m.properties
+            .push((property::UNIQ_KEY.into(), format!("U{i:05}")));
+        assert!(store.put_message(&m).unwrap().is_ok());
+    }
+    drain(&store);
+    store.close().unwrap();
+    let before = index_files(&d);
+    assert!(before.len() >= 5, "{} index files", before.len());
+    let lost = &before[2].0;
+    std::fs::remove_file(d.join("index").join(lost)).unwrap();
+    let kept: Vec<_> = before.iter().filter(|(n, _)| n != lost).cloned().collect();
+    let store = MessageStore::open(&d, config()).unwrap();
+    for i in 0..n {
+        for key in [format!("k{i}"), format!("x{i}"), format!("U{i:05}")] {
+            let found = store.query_message("Gap", &key, 4, 0, i64::MAX).unwrap();
+            assert_eq!(found.len(), 1, "{key}");
+            assert_eq!(found[0].queue_offset, i64::from(i));
+        }
+    }
+    store.close().unwrap();
+    let after = index_files(&d);
+    // The files that were there are as they were; the new one sorts between the neighbours.
+    let added: Vec<_> = after
+        .iter()
+        .filter(|(n, _)| !kept.iter().any(|(k, _)| k == n))
+        .collect();
+    assert!(!added.is_empty());
+    for (name, _) in &added {
+        assert_eq!(name.len(), 18, "{name}");
+        assert!(name.as_str() > before[1].0.as_str() && name.as_str() < before[3].0.as_str());
+    }
+    for (name, bytes) in &kept {
+        let now = after.iter().find(|(n, _)| n == name).unwrap();
+        assert!(&now.1 == bytes, "{name} changed");
+    }
+    // Nothing is missing any more: opening again changes nothing.
+    let store = MessageStore::open(&d, config()).unwrap();
+    store.close().unwrap();
+    assert!(index_files(&d) == after);
+    let _ = std::fs::remove_dir_all(&d);
 }
