@@ -5,8 +5,8 @@
 
 use std::time::Instant;
 
-use rmqstore_core::commitlog::Batch;
-use rmqstore_core::file::mapped_file::MappedFile;
+use rmqstore_core::Batch;
+use rmqstore_core::MappedFile;
 use rmqstore_core::{MessageStore, StoreConfig};
 
 const SEGMENT: i64 = 1 << 30;

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use rmqstore_core::commitlog::Batch;
+use rmqstore_core::Batch;
 use rmqstore_core::{MessageStore, StoreConfig};
 
 fn main() {

@@ -4,22 +4,34 @@
 //! This crate has no Python in it; `rmqstore-py` binds it. Everything on disk is fixed-width
 //! big-endian, as RocketMQ's Java `ByteBuffer`s write it.
 
-pub mod commitlog;
-pub mod config;
-pub mod dispatch;
-pub mod error;
-pub mod file;
-pub mod fork;
+// The layers, lowest first: format, file, wait, commitlog, queue, index, dispatch, read, store
+// (docs/architecture.md#layers; each uses only the ones before it). `format`, `read` and `config` are
+// public namespaces: the record codec, the read path's result types and the settings table are
+// part of the API the binding and tools use. The other layers are the crate's own; what callers
+// need of them is re-exported below.
+pub(crate) mod commitlog;
+pub(crate) mod dispatch;
+pub(crate) mod file;
 pub mod format;
-pub mod index;
-pub mod queue;
+pub(crate) mod index;
+pub(crate) mod queue;
 pub mod read;
-pub mod store;
-pub mod util;
+pub(crate) mod store;
 pub(crate) mod wait;
 
-pub use commitlog::{AppendResult, Batch, RecoveryReport, RecoveryStart};
+pub mod config;
+pub mod error;
+pub mod fork;
+pub(crate) mod util;
+
+pub use commitlog::{
+    AppendResult, Batch, CommitStep, GroupCommitStep, RecoveryReport, RecoveryStart,
+};
 pub use config::{FlushDiskType, StoreConfig};
+pub use dispatch::{ReputStep, PARALLEL_DISPATCH_BYTES};
 pub use error::{Result, StoreError};
+pub use file::allocate::ServiceStep;
+pub use file::mapped_file::MappedFile;
 pub use format::{HostAddr, Message, MessageExt, PutMessageStatus};
-pub use store::MessageStore;
+pub use store::{MessageStore, PutBatch, PutMessageHook, StoreState};
+pub use util::now_millis;

@@ -12,13 +12,13 @@ use crate::error::{Result, StoreError};
 ///
 /// RocketMQ uses it for tag codes, index keys and lock striping, so the UTF-16 view matters for
 /// any character outside the BMP (a surrogate pair contributes two code units).
-pub fn java_hash(s: &str) -> i32 {
+pub(crate) fn java_hash(s: &str) -> i32 {
     java_hash_extend(0, s)
 }
 
 /// Continues a Java `String.hashCode` over more characters: `java_hash_extend(java_hash(a), b)
 /// == java_hash(a + b)`, without building the concatenation.
-pub fn java_hash_extend(start: i32, s: &str) -> i32 {
+pub(crate) fn java_hash_extend(start: i32, s: &str) -> i32 {
     if s.is_ascii() {
         return java_hash_extend_ascii(start, s.as_bytes());
     }
@@ -56,7 +56,7 @@ pub(crate) fn java_hash_extend_ascii(start: i32, s: &[u8]) -> i32 {
 /// only if it is a regular file: a link, folder, FIFO or device where the store keeps `what`
 /// is [`StoreError::Corrupted`] naming it, found before a byte is read or written (a link
 /// would send the store's writes to a file outside the store).
-pub fn open_store_file(path: &Path, opts: &mut OpenOptions, what: &str) -> Result<File> {
+pub(crate) fn open_store_file(path: &Path, opts: &mut OpenOptions, what: &str) -> Result<File> {
     let file = opts
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
@@ -85,7 +85,7 @@ fn not_a_regular_file(path: &Path, what: &str) -> StoreError {
 
 /// Checks, without following links, that `path` is absent or a regular file; true if it is
 /// there. What the store will write later is checked with this before anything changes.
-pub fn check_regular_or_absent(path: &Path, what: &str) -> Result<bool> {
+pub(crate) fn check_regular_or_absent(path: &Path, what: &str) -> Result<bool> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_file() => Ok(true),
         Ok(meta) if meta.file_type().is_symlink() => Err(StoreError::corrupted(
@@ -100,7 +100,7 @@ pub fn check_regular_or_absent(path: &Path, what: &str) -> Result<bool> {
 
 /// Checks that `path` is absent or a folder (a link to a folder counts: an operator may keep
 /// the commitlog or the index on another disk that way); true if it is there.
-pub fn check_dir_or_absent(path: &Path, what: &str) -> Result<bool> {
+pub(crate) fn check_dir_or_absent(path: &Path, what: &str) -> Result<bool> {
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => Ok(true),
         Ok(_) => Err(StoreError::corrupted(
@@ -127,17 +127,17 @@ pub fn check_dir_or_absent(path: &Path, what: &str) -> Result<bool> {
 
 /// `UtilAll.crc32`: CRC32 (IEEE) masked with `0x7FFFFFFF`, so never negative.
 #[inline]
-pub fn masked_crc32(data: &[u8]) -> i32 {
+pub(crate) fn masked_crc32(data: &[u8]) -> i32 {
     (crc32fast::hash(data) & 0x7FFF_FFFF) as i32
 }
 
 /// `UtilAll.offset2FileName`: the offset as 20 zero-padded decimal digits.
-pub fn offset_to_file_name(offset: i64) -> String {
+pub(crate) fn offset_to_file_name(offset: i64) -> String {
     format!("{offset:020}")
 }
 
 /// Parses a 20-digit segment name back into its start offset; anything else is `None`.
-pub fn file_name_to_offset(name: &str) -> Option<i64> {
+pub(crate) fn file_name_to_offset(name: &str) -> Option<i64> {
     if name.len() != 20 || !name.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -147,7 +147,7 @@ pub fn file_name_to_offset(name: &str) -> Option<i64> {
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
 /// `UtilAll.bytes2string`: upper-case hex, two characters per byte.
-pub fn hex_upper(bytes: &[u8]) -> String {
+pub(crate) fn hex_upper(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() * 2);
     for &b in bytes {
         out.push(HEX[usize::from(b >> 4)] as char);

@@ -4,11 +4,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmqstore_core::commitlog::Batch;
 use rmqstore_core::format::{
     check_record, property, RecordCheck, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH,
 };
-use rmqstore_core::util::now_millis;
+use rmqstore_core::now_millis;
+use rmqstore_core::Batch;
 use rmqstore_core::{
     FlushDiskType, Message, MessageStore, PutMessageStatus, StoreConfig, StoreError,
 };

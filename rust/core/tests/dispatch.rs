@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmqstore_core::format::{property, sysflag};
+use rmqstore_core::now_millis;
 use rmqstore_core::read::{GetMessageStatus, TagFilter};
-use rmqstore_core::util::now_millis;
 use rmqstore_core::{FlushDiskType, Message, MessageStore, StoreConfig};
 
 fn dir(name: &str) -> PathBuf {
@@ -134,7 +134,7 @@ fn a_large_backlog_is_dispatched_on_two_threads_to_the_same_result() {
     // More than PARALLEL_DISPATCH_BYTES of records, over several queues and segments.
     let body = vec![1u8; 900];
     let mut n = 0;
-    while store.max_phy_offset().unwrap() < 3 * rmqstore_core::dispatch::PARALLEL_DISPATCH_BYTES {
+    while store.max_phy_offset().unwrap() < 3 * rmqstore_core::PARALLEL_DISPATCH_BYTES {
         let mut m = msg("P", &format!("key-{n}"), 0);
         m.body = body.clone();
         m.queue_id = n % 5;
@@ -352,14 +352,14 @@ fn batches_sharing_keys_dispatch_on_two_threads_byte_for_byte_as_on_one() {
     let body = vec![3u8; 900];
     let bodies: Vec<&[u8]> = vec![&body; 37];
     let mut i = 0;
-    while store.max_phy_offset().unwrap() < 3 * rmqstore_core::dispatch::PARALLEL_DISPATCH_BYTES {
+    while store.max_phy_offset().unwrap() < 3 * rmqstore_core::PARALLEL_DISPATCH_BYTES {
         // Keys change every other batch, so equal keys also span two batches.
         let keys = format!("order-{} user-{}", i / 2, i / 2);
         let props = vec![
             (property::KEYS.to_string(), keys),
             (property::TAGS.to_string(), format!("tag-{}", i % 3)),
         ];
-        let batch = rmqstore_core::commitlog::Batch {
+        let batch = rmqstore_core::Batch {
             topic: "S",
             queue_id: i % 5,
             bodies: &bodies,

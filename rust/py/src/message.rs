@@ -5,8 +5,8 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
 use rmqstore_core::format::{self as codec, property, HostAddr, PutMessageStatus};
+use rmqstore_core::now_millis;
 use rmqstore_core::read::{GetMessageResult as CoreGetMessageResult, GetMessageStatus};
-use rmqstore_core::util::now_millis;
 use rmqstore_core::{AppendResult, MessageExt as CoreMessageExt};
 
 use crate::args;

@@ -9,10 +9,10 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use rmqstore_core::commitlog::Batch;
 use rmqstore_core::format::HostAddr;
+use rmqstore_core::now_millis;
 use rmqstore_core::read::{TagFilter, TimeBoundary};
-use rmqstore_core::util::now_millis;
+use rmqstore_core::Batch;
 use rmqstore_core::MessageStore;
 
 use crate::args;

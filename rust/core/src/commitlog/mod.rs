@@ -43,7 +43,7 @@ use group_commit::GroupCommit;
 
 /// The commitlog of one store: its segments, the append path and the flush state. Used only
 /// inside the crate (public because `dispatch` and `read` still take it in public functions).
-pub struct CommitLog {
+pub(crate) struct CommitLog {
     queue: MappedFileQueue,
     /// SYNC_FLUSH: only flushed bytes are confirmed (readable by dispatch) and puts wait for
     /// their bytes to be forced.

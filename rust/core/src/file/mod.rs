@@ -7,9 +7,9 @@
 //! - `lockfile`: the store's lock file;
 //! - `checkpoint`: the checkpoint and abort files.
 
-pub mod allocate;
-pub mod checkpoint;
-pub mod lockfile;
-pub mod mapped_file;
-pub mod mapped_file_queue;
-pub mod transient_pool;
+pub(crate) mod allocate;
+pub(crate) mod checkpoint;
+pub(crate) mod lockfile;
+pub(crate) mod mapped_file;
+pub(crate) mod mapped_file_queue;
+pub(crate) mod transient_pool;

@@ -14,7 +14,7 @@ use crate::file::mapped_file::MappedFile;
 use crate::file::mapped_file_queue::MappedFileQueue;
 use crate::format::{encode_unit, whole_units_end, CqUnit, CQ_STORE_UNIT_SIZE};
 
-pub struct ConsumeQueue {
+pub(crate) struct ConsumeQueue {
     topic: String,
     queue_id: i32,
     queue: MappedFileQueue,

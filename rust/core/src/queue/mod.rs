@@ -1,2 +1,2 @@
-pub mod consume_queue;
-pub mod store;
+pub(crate) mod consume_queue;
+pub(crate) mod store;

@@ -8,7 +8,7 @@ use crate::error::{Result, StoreError};
 use crate::format::{topic_is_legal, CQ_STORE_UNIT_SIZE};
 use crate::queue::consume_queue::ConsumeQueue;
 
-pub struct ConsumeQueueStore {
+pub(crate) struct ConsumeQueueStore {
     dir: PathBuf,
     file_size: i64,
     queues: RwLock<HashMap<String, BTreeMap<i32, Arc<ConsumeQueue>>>>,
