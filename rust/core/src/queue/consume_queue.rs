@@ -90,6 +90,13 @@ impl ConsumeQueue {
     ) -> Result<()> {
         let size = self.queue.file_size();
         let mut end = self.read_only_end.load(Ordering::Acquire);
+        if end < 0 {
+            // The unchecked reads below rely on this process never writing the queue's files.
+            return Err(StoreError::Internal(format!(
+                "refresh_read_only on queue {}/{}, which this process writes",
+                self.topic, self.queue_id
+            )));
+        }
         // Fast path (every read calls this): no unit after the end inside the last segment.
         if let Some(last) = self.queue.last() {
             let from = last.file_from_offset();
@@ -462,7 +469,12 @@ impl ConsumeQueue {
 
     /// `recover`: from the third-from-last segment, finds the end of the valid units
     /// (`offset >= 0 && size > 0`) and truncates there.
-    pub(crate) fn recover(&self) -> Result<()> {
+    ///
+    /// # Safety
+    /// As [`MappedFileQueue::truncate_dirty`]: nothing may read or append to the queue until
+    /// this returns, and no slice of its bytes may be alive (the store recovers while it opens,
+    /// before the queue is shared).
+    pub(crate) unsafe fn recover(&self) -> Result<()> {
         let files = self.queue.files();
         if files.is_empty() {
             return Ok(());
@@ -491,8 +503,8 @@ impl ConsumeQueue {
                 break;
             }
         }
-        // SAFETY: recovery runs while the store opens, before anything reads or appends to the
-        // queue; the scan's slices are gone.
+        // SAFETY: this function's own contract (nothing reads or appends to the queue); the
+        // scan's slices are gone.
         unsafe { self.queue.truncate_dirty(end) }?;
         self.queue.set_flushed_where(end);
         self.max_physic_offset.store(max_phy, Ordering::Release);
@@ -503,7 +515,11 @@ impl ConsumeQueue {
 
     /// `truncateDirtyLogicFiles`: drops every unit whose record starts at or after
     /// `phy_offset` (the commitlog was truncated there).
-    pub(crate) fn truncate_dirty(&self, phy_offset: i64) -> Result<()> {
+    ///
+    /// # Safety
+    /// As [`ConsumeQueue::recover`]: called while the store opens or under its exclusive state
+    /// lock (`truncate_files`), so that nothing reads or appends to the queue meanwhile.
+    pub(crate) unsafe fn truncate_dirty(&self, phy_offset: i64) -> Result<()> {
         let files = self.queue.files();
         let mut cut = None;
         'files: for f in files.iter().rev() {
@@ -525,8 +541,8 @@ impl ConsumeQueue {
             break;
         }
         if let Some(cut) = cut {
-            // SAFETY: called while the store opens (recovery) or under its exclusive state lock
-            // (`truncate_files`): nothing else reads or appends to the queue.
+            // SAFETY: this function's own contract: nothing else reads or appends to the queue;
+            // the scan's slices are gone.
             unsafe { self.queue.truncate_dirty(cut) }?;
             if self.queue.max_offset() <= self.min_logic_offset.load(Ordering::Acquire) {
                 self.min_logic_offset
@@ -579,7 +595,7 @@ mod tests {
         let d = tmp("put");
         // 10 units per file.
         let cq = ConsumeQueue::load("T", 0, &d, 200).unwrap();
-        cq.recover().unwrap();
+        unsafe { cq.recover() }.unwrap();
         assert_eq!(
             (cq.min_offset(), cq.max_offset(), cq.max_physic_offset()),
             (0, 0, -1)
@@ -616,7 +632,7 @@ mod tests {
     fn correct_min_offset_like_consume_queue_test() {
         let d = tmp("min");
         let cq = ConsumeQueue::load("T", 0, &d, 20 * 30_000).unwrap();
-        cq.recover().unwrap();
+        unsafe { cq.recover() }.unwrap();
         for i in 0..10_000 {
             cq.put(i * 100, 100, 0, i).unwrap();
         }
@@ -631,16 +647,33 @@ mod tests {
     fn a_queue_starting_above_zero_is_pre_blanked_and_survives_reload() {
         let d = tmp("blank");
         let cq = ConsumeQueue::load("T", 0, &d, 20 * 1000).unwrap();
-        cq.recover().unwrap();
+        unsafe { cq.recover() }.unwrap();
         cq.put(5000, 100, 7, 100).unwrap();
         assert_eq!((cq.min_offset(), cq.max_offset()), (100, 101));
         assert!(cq.get(99).is_none());
         assert_eq!(cq.get(100).unwrap().phy_offset, 5000);
         drop(cq);
         let cq = ConsumeQueue::load("T", 0, &d, 20 * 1000).unwrap();
-        cq.recover().unwrap();
+        unsafe { cq.recover() }.unwrap();
         assert_eq!((cq.min_offset(), cq.max_offset()), (100, 101));
         assert_eq!(cq.max_physic_offset(), 5100);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_queue_this_process_writes_is_never_refreshed_as_read_only() {
+        // refresh_read_only reads units without the writer's synchronisation; on a queue this
+        // process appends to, that would race the appender, so it is refused.
+        let d = tmp("refresh-writable");
+        let cq = ConsumeQueue::load("T", 2, &d, 200).unwrap();
+        unsafe { cq.recover() }.unwrap();
+        cq.put(0, 100, 0, 0).unwrap();
+        let err = cq.refresh_read_only(0, |_| true).unwrap_err();
+        assert!(
+            err.to_string().contains("which this process writes"),
+            "{err}"
+        );
+        assert_eq!(cq.max_offset(), 1);
         let _ = std::fs::remove_dir_all(&d);
     }
 
@@ -648,18 +681,18 @@ mod tests {
     fn recover_and_truncate() {
         let d = tmp("recover");
         let cq = ConsumeQueue::load("T", 1, &d, 200).unwrap();
-        cq.recover().unwrap();
+        unsafe { cq.recover() }.unwrap();
         for i in 0..25 {
             cq.put(i * 100, 100, 0, i).unwrap();
         }
         drop(cq);
         let cq = ConsumeQueue::load("T", 1, &d, 200).unwrap();
-        cq.recover().unwrap();
+        unsafe { cq.recover() }.unwrap();
         assert_eq!((cq.max_offset(), cq.max_physic_offset()), (25, 2500));
-        cq.truncate_dirty(1500).unwrap();
+        unsafe { cq.truncate_dirty(1500) }.unwrap();
         assert_eq!((cq.max_offset(), cq.max_physic_offset()), (15, 1500));
         assert_eq!(cq.segment_paths().len(), 2);
-        cq.truncate_dirty(1000).unwrap();
+        unsafe { cq.truncate_dirty(1000) }.unwrap();
         assert_eq!((cq.max_offset(), cq.max_physic_offset()), (10, 1000));
         assert!(cq.put(1000, 100, 0, 10).unwrap());
         assert_eq!(cq.max_offset(), 11);

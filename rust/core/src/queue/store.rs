@@ -201,9 +201,13 @@ impl ConsumeQueueStore {
     }
 
     /// Recovers every queue (§3.7).
-    pub(crate) fn recover(&self) -> Result<()> {
+    ///
+    /// # Safety
+    /// As [`ConsumeQueue::recover`], for every queue.
+    pub(crate) unsafe fn recover(&self) -> Result<()> {
         for cq in self.all() {
-            cq.recover()?;
+            // SAFETY: this function's own contract.
+            unsafe { cq.recover() }?;
         }
         Ok(())
     }
@@ -218,10 +222,14 @@ impl ConsumeQueueStore {
     }
 
     /// Drops units whose records start at or after `phy_offset` in every queue.
-    pub(crate) fn truncate_dirty(&self, phy_offset: i64) -> Result<()> {
+    ///
+    /// # Safety
+    /// As [`ConsumeQueue::truncate_dirty`], for every queue.
+    pub(crate) unsafe fn truncate_dirty(&self, phy_offset: i64) -> Result<()> {
         for cq in self.all() {
             if cq.max_physic_offset() > phy_offset {
-                cq.truncate_dirty(phy_offset)?;
+                // SAFETY: this function's own contract.
+                unsafe { cq.truncate_dirty(phy_offset) }?;
             }
         }
         Ok(())

@@ -310,7 +310,9 @@ impl MessageStore {
                 break;
             }
         }
-        o.cqs.truncate_dirty(offset)?;
+        // SAFETY: the state's write lock is held: no other call is in flight, and no call
+        // leaves a slice of a queue behind.
+        unsafe { o.cqs.truncate_dirty(offset) }?;
         let mut resume = offset;
         if let Some(index) = &o.index {
             if let Some(from) = index.truncate_from(offset)? {

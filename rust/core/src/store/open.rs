@@ -106,7 +106,8 @@ impl MessageStore {
             index.reserve_loaded();
         }
         machine.transit(StoreState::RecoverBegin)?;
-        cqs.recover()?;
+        // SAFETY: the queues were loaded just now and are not shared yet.
+        unsafe { cqs.recover() }?;
         machine.transit(StoreState::RecoverConsumeQueueOk)?;
         let start = if last_exit_ok {
             RecoveryStart::Normal {
@@ -125,7 +126,8 @@ impl MessageStore {
         recovery.abnormal = !last_exit_ok;
         // Consume queues never point past the commitlog's valid end; what they hold before
         // the scan's start completes the topic-queue table (`recoverTopicQueueTable`).
-        cqs.truncate_dirty(recovery.process_offset)?;
+        // SAFETY: the queues are not shared yet.
+        unsafe { cqs.truncate_dirty(recovery.process_offset) }?;
         commitlog.merge_queue_offsets(cqs.offset_table());
         cqs.correct_min_offsets(commitlog.min_offset().max(0));
         // Dispatch resumes after the last record the queues hold (everything, when the
