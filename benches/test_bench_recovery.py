@@ -22,8 +22,8 @@ def test_abnormal_recovery(benchmark, scaled, tmp_path: Path) -> None:
         written = store.get_max_phy_offset()
 
     def crash_marks() -> None:
-        # What a crash before the first checkpoint leaves: the abort marker and checkpoint
-        # times of 0, so recovery checks every segment from the first (STORE_SPEC §5.5).
+        # What a crash before the first checkpoint leaves: the abort marker and checkpoint times of
+        # 0, so recovery checks every segment from the first (docs/architecture.md#recovery).
         (path / "abort").write_text("0")
         with open(path / "checkpoint", "r+b") as cp:
             cp.write(bytes(16))

@@ -1,4 +1,5 @@
-"""An independent reader (and writer) of RocketMQ commitlog bytes, written from STORE_SPEC §1.
+"""An independent reader (and writer) of RocketMQ commitlog bytes, written from
+docs/format.md#commitlog-records.
 
 The tests use it to check the files the store writes without going through the store: every
 integer is big-endian, every field is read at the position the spec gives it.
@@ -381,7 +382,7 @@ def read_commitlog(store_path: Path) -> dict[int, Record]:
     return out
 
 
-# -- Java hashing (STORE_SPEC §3.2, §4.2) ----------------------------------------------------
+# -- Java hashing (docs/format.md#tag-codes, #index-keys) ------------------------------------------
 
 INT_MIN = -(2**31)
 INT_MAX = 2**31 - 1
@@ -428,7 +429,7 @@ def string_with_java_hash(prefix: str, target: int, length: int = 8) -> str:
     return suffix
 
 
-# -- Consume queues (STORE_SPEC §3) ------------------------------------------------------------
+# -- Consume queues (docs/format.md#consume-queues) ------------------------------------------------
 
 CQ_UNIT_SIZE = 20
 
@@ -448,7 +449,7 @@ class CqUnit:
 
 def parse_cq_units(data: bytes) -> list[CqUnit]:
     """The valid units of a consume queue file from its start: ``phy >= 0 and size > 0``
-    (the recovery rule of §3.7; pre-blank units count)."""
+    (the recovery rule of docs/architecture.md#recovery; pre-blank units count)."""
     units: list[CqUnit] = []
     for pos in range(0, len(data) - CQ_UNIT_SIZE + 1, CQ_UNIT_SIZE):
         phy, size, code = struct.unpack_from(">qiq", data, pos)
@@ -471,8 +472,9 @@ def read_consume_queue(
 ) -> tuple[int, list[CqUnit]]:
     """(queue offset of the first unit on disk, the units in order) of one queue.
 
-    Checks what §2.1/§3.1 require of the files: 20-digit names giving their logical byte offset,
-    each ``file_size`` bytes, contiguous, and every file but the last completely filled.
+    Checks what docs/format.md#commitlog-segments and #consume-queue-files require of the files:
+    20-digit names giving their logical byte offset, each ``file_size`` bytes, contiguous, and
+    every file but the last completely filled.
     """
     files = cq_files(store_path, topic, queue_id)
     if not files:
@@ -494,7 +496,7 @@ def read_consume_queue(
     return first // CQ_UNIT_SIZE, units
 
 
-# -- Index files (STORE_SPEC §4) ---------------------------------------------------------------
+# -- Index files (docs/format.md#index-files) ------------------------------------------------------
 
 INDEX_HEADER_SIZE = 40
 INDEX_SLOT_SIZE = 4

@@ -1,8 +1,10 @@
 """Background services of a store, as Python threads (RocketMQ's ``ServiceThread``s).
 
 Python owns their lifecycle, pacing and logging; each round of real work is one call into the
-Rust core with the GIL released. Later layers add flush, commit, reput/dispatch, clean and
-schedule services on the same base.
+Rust core with the GIL released. The services here: segment allocation, dispatch (reput), the
+commitlog and consume-queue flushes, group commit, the transient pool's commit and the
+checkpoint; the coming clean, schedule, timer and transaction-check services take the same base
+(docs/architecture.md#threads).
 """
 
 from __future__ import annotations
@@ -158,8 +160,9 @@ class AllocateMappedFileService(ServiceThread):
 
 class ReputMessageService(ServiceThread):
     """Dispatch: builds consume queues and index files from committed commitlog records
-    (``ReputMessageService``). Each round dispatches one chunk in Rust with the GIL released,
-    or parks in Rust until a put (or, in SYNC_FLUSH mode, a flush) wakes it."""
+    (``ReputMessageService``). Each round dispatches in Rust with the GIL released while there is
+    work; idle, it waits in Rust, looking for new bytes every millisecond (puts do not signal it,
+    as RocketMQ's reput thread also polls), woken at once only by a SYNC_FLUSH force or stop."""
 
     name = "ReputMessageService"
 

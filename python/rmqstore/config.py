@@ -143,7 +143,8 @@ def _did_you_mean(unknown: list[str], known: list[str]) -> str:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class StoreConfig:
-    """Settings of a :class:`rmqstore.MessageStore` (STORE_SPEC §16 names, snake_case)."""
+    """Settings of a :class:`rmqstore.MessageStore` (RocketMQ's names in snake_case;
+    docs/architecture.md#settings)."""
 
     #: ``mappedFileSizeCommitLog``: bytes per commitlog segment (1 GiB). A store must be
     #: reopened, and read by RocketMQ, with the size it was written with.
@@ -179,9 +180,9 @@ class StoreConfig:
     mapped_file_size_consume_queue: int = 300_000 * 20
     #: ``messageIndexEnable``: build index files (lookup by key).
     message_index_enable: bool = True
-    #: Also index each message's TAGS value (``topic#T#tags``), as RocketMQ 5.4 and later
-    #: (5.5.1) do, so that their tag queries and :meth:`MessageStore.query_message_by_tag` find
-    #: messages. Off by default: the index of RocketMQ 4.x and 5.3 (and of STORE_SPEC §4).
+    #: Also index each message's TAGS value (``topic#T#tags``), as RocketMQ 5.4 and later (5.5.1)
+    #: do, so that their tag queries and :meth:`MessageStore.query_message_by_tag` find messages.
+    #: Off by default: the index of RocketMQ 4.x and 5.3 (and of docs/format.md#index-files).
     index_tags: bool = False
     #: ``maxHashSlotNum``: hash slots per index file.
     max_hash_slot_num: int = 5_000_000

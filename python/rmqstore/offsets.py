@@ -1,6 +1,6 @@
 """Consumer offsets: RocketMQ's broker ``ConsumerOffsetManager`` on ``config/consumerOffset.json``.
 
-The file has RocketMQ's shape (STORE_SPEC §13)::
+The file has RocketMQ's shape (docs/format.md#consumeroffsetjson)::
 
     {"offsetTable": {"topic@group": {"0": 12, "1": 7}}}
 

@@ -400,7 +400,8 @@ class MessageStore:
         """Reads up to ``max_msg_nums`` messages of a queue from ``offset``.
 
         ``subscription`` is RocketMQ's tag expression: ``"*"`` or ``"TagA || TagB"``. The
-        status and ``next_begin_offset`` follow RocketMQ's ``getMessage`` (STORE_SPEC §8.1).
+        status and ``next_begin_offset`` follow RocketMQ's ``getMessage``
+        (docs/architecture.md#reading-by-queue).
         """
         return self._core.get_message(group, topic, queue_id, offset, max_msg_nums, subscription)
 

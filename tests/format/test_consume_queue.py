@@ -1,4 +1,5 @@
-"""Consume queues: the files dispatch writes (STORE_SPEC §3) and the queue-level lookups (§8.2).
+"""Consume queues: the files dispatch writes (docs/format.md#consume-queues) and the queue-level
+lookups (docs/architecture.md#queue-lookups-and-offsets-by-time).
 
 The files are checked with the independent reader in ``rmqwire``: every unit must point at the
 commitlog record it indexes, byte for byte as RocketMQ writes it.
@@ -261,7 +262,7 @@ def test_queue_above_zero_after_the_oldest_commitlog_segment_is_gone(
 ) -> None:
     """The oldest commitlog segment deleted while closed (what expiry does): the queue minimum
     moves to the first surviving record. Rebuilt from scratch, the queue starts with
-    pre-blank units (0, Integer.MAX_VALUE, 0) up to it (§3.3)."""
+    pre-blank units (0, Integer.MAX_VALUE, 0) up to it (docs/format.md#consume-queue-units)."""
     store = open_small()
     rs = [put(store, Message("Exp", bytes([i % 250]) * 400, tags="t")) for i in range(300)]
     store.close()

@@ -1,4 +1,5 @@
-"""Byte-level checks: the segment files hold RocketMQ commitlog records (STORE_SPEC §1, §2.1).
+"""Byte-level checks: the segment files hold RocketMQ commitlog records
+(docs/format.md#commitlog-records, docs/format.md#commitlog-segments).
 
 Every check here reads the files with plain Python (struct, zlib) through ``rmqwire``, never
 through the store.

@@ -1,5 +1,6 @@
-"""Reads by queue: ``get_message`` statuses and next offsets (STORE_SPEC §8.1), batch limits
-(``testPullSize``, ``isTheBatchFull``) and tag filtering (§3.5)."""
+"""Reads by queue: ``get_message`` statuses and next offsets
+(docs/architecture.md#reading-by-queue), batch limits (``testPullSize``, ``isTheBatchFull``) and tag
+filtering (docs/format.md#tag-codes)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Index files (STORE_SPEC §4) and ``query_message``: lookup by KEYS entry or UNIQ_KEY.
+"""Index files (docs/format.md#index-files) and ``query_message``: lookup by KEYS entry or UNIQ_KEY.
 
 The files are decoded with the independent reader in ``rmqwire``; ``query_message`` must give
 exact key matches only, newest first, even when key hashes collide.

@@ -1,4 +1,5 @@
-"""The checkpoint file and the abort marker (STORE_SPEC §5.1, §5.2)."""
+"""The checkpoint file and the abort marker (docs/format.md#checkpoint,
+docs/format.md#abort-marker)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""truncate_files and is_offset_aligned (STORE_SPEC §5.7)."""
+"""truncate_files and is_offset_aligned (docs/architecture.md#truncation)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Dispatch (reput, STORE_SPEC §7): what makes puts visible to reads by queue and by key, in
-ASYNC_FLUSH and SYNC_FLUSH mode, under concurrency, across reopen, after the consume queues are
-deleted and after the commitlog's tail is damaged."""
+"""Dispatch (reput, docs/architecture.md#dispatch): what makes puts visible to reads by queue and by
+key, in ASYNC_FLUSH and SYNC_FLUSH mode, under concurrency, across reopen, after the consume queues
+are deleted and after the commitlog's tail is damaged."""
 
 from __future__ import annotations
 

@@ -213,7 +213,8 @@ def test_reopen_finds_everything_written(open_store, store_path: Path) -> None:
     assert store.get_min_phy_offset() == 0
     report = store.recovery_report()
     assert report["process_offset"] == max_offset
-    # A clean close: the scan starts at the segment of the last message (STORE_SPEC §5.4).
+    # A clean close: the scan starts at the segment of the last message
+    # (docs/architecture.md#recovery).
     assert report["start_offset"] == written[-1][0] // SEGMENT * SEGMENT
     assert report["messages"] == sum(1 for off, _, _ in written if off >= report["start_offset"])
     assert report["stop_reason"] is None
@@ -689,7 +690,7 @@ def test_crash_recovery_without_consume_queues_scans_everything_they_are_rebuilt
 
 @pytest.mark.parametrize("scenario", ["clean", "corrupt-tail", "corrupt-tail-and-abort"])
 def test_store_spec_5_6_recover_scenarios(open_store, store_path: Path, scenario: str) -> None:
-    """STORE_SPEC §5.6 (RocketMQ's DefaultMessageStoreTest testRecover)."""
+    """docs/architecture.md#recovery (RocketMQ's DefaultMessageStoreTest testRecover)."""
     results = _fill_three_segments(open_store)
     last = results[-1]
     end = last.wrote_offset + last.wrote_bytes

@@ -1,6 +1,6 @@
-//! Store settings (RocketMQ's `MessageStoreConfig`, STORE_SPEC §16), named in snake_case, and
-//! the one table that describes them: for every setting its name, RocketMQ's camelCase name
-//! where RocketMQ has it, type, default, valid range or choices and a one-line doc.
+//! Store settings (RocketMQ's `MessageStoreConfig`, docs/architecture.md#settings), named in
+//! snake_case, and the one table that describes them: for every setting its name, RocketMQ's
+//! camelCase name where RocketMQ has it, type, default, valid range or choices and a one-line doc.
 //!
 //! The `settings!` invocation below is that table. It generates the [`StoreConfig`] struct,
 //! its `Default`, the static descriptor list [`SETTINGS`] and the by-name accessors
@@ -349,7 +349,7 @@ settings! {
     ///
     /// Written after the UNIQ_KEY and KEYS entries: what RocketMQ 5.4 and later (5.5.1) write,
     /// and what their tag queries (`queryMessage` with index type `T`) look up. Off by default
-    /// (the index of STORE_SPEC §4 and of RocketMQ 4.x/5.3).
+    /// (the index of docs/format.md#index-files and of RocketMQ 4.x/5.3).
     index_tags: bool = false, -, Bool;
     /// Hash slots per index file.
     max_hash_slot_num: i32 = 5_000_000, "maxHashSlotNum", int(1, I32_MAX);

@@ -1,6 +1,7 @@
-//! The read path through the public store API, on real files: `get_message` statuses, next
-//! offsets, batch limits and tag filters (STORE_SPEC §8.1), offsets by time (§8.2), the Arrow
-//! columns of `read_batch`, `query_message`, and damaged records refused on read.
+//! The read path through the public store API, on real files: `get_message` statuses, next offsets,
+//! batch limits and tag filters (docs/architecture.md#reading-by-queue), offsets by time
+//! (docs/architecture.md#queue-lookups-and-offsets-by-time), the Arrow columns of `read_batch`,
+//! `query_message`, and damaged records refused on read.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -179,7 +179,8 @@ impl CommitLog {
         held > self.busy_timeout_ms && held < 10_000_000
     }
 
-    /// Appends one message (`asyncPutMessage`, without the flush/HA waits of later layers).
+    /// Appends one message (`asyncPutMessage`); in SYNC_FLUSH mode it then waits for the force
+    /// (`handleDiskFlush`). There is no HA wait: replication is not built yet.
     pub(crate) fn put_message(&self, msg: &Message) -> AppendResult {
         if let Err(s) = self.admission() {
             return AppendResult::failed(s);

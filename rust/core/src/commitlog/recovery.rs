@@ -64,7 +64,7 @@ fn nonzero_extent(buf: &[u8]) -> i64 {
 }
 
 impl CommitLog {
-    /// The segment recovery starts from (STORE_SPEC §5.4 step 2, §5.5 step 1): walking back
+    /// The segment recovery starts from (docs/architecture.md#recovery): walking back
     /// from the newest, the first whose first record is a message (CRC checked) with a store
     /// timestamp, matching `start`; segment 0 when none matches (it is never checked).
     fn recovery_start(files: &[Arc<MappedFile>], start: RecoveryStart) -> usize {

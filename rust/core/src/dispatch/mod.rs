@@ -1,6 +1,7 @@
-//! Dispatch ("reput", STORE_SPEC §7): reads committed records from the commitlog and hands each
-//! message to the store's sinks, which build the consume queues and index files from them. One
-//! call does one chunk; the service loop lives in Python (`rmqstore._services.ReputMessageService`).
+//! Dispatch ("reput", docs/architecture.md#dispatch): reads committed records from the commitlog
+//! and hands each message to the store's sinks, which build the consume queues and index files from
+//! them. One call does one chunk; the service loop lives in Python
+//! (`rmqstore._services.ReputMessageService`).
 //!
 //! - `reput.rs`: the loop (parsing each record once, batching, the second writing thread);
 //! - `sink.rs`: the sinks (`CommitLogDispatcher`): consume queue and index;

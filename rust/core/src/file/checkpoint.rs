@@ -1,5 +1,5 @@
-//! The `checkpoint` file (RocketMQ's `StoreCheckpoint`, STORE_SPEC §5.1) and the `abort` marker
-//! (§5.2).
+//! The `checkpoint` file (RocketMQ's `StoreCheckpoint`, docs/format.md#checkpoint) and the `abort`
+//! marker (docs/format.md#abort-marker).
 //!
 //! `checkpoint` is 4 KiB; the first 40 bytes are five big-endian longs: physicMsgTimestamp,
 //! logicsMsgTimestamp, indexMsgTimestamp, masterFlushedOffset and confirmPhyOffset (the layout

@@ -1,4 +1,5 @@
-//! Write buffers for commitlog segments (RocketMQ's `TransientStorePool`, STORE_SPEC §2.6).
+//! Write buffers for commitlog segments (RocketMQ's `TransientStorePool`,
+//! docs/architecture.md#transient-store-pool).
 //!
 //! With the pool enabled, a new commitlog segment borrows one anonymous, `mlock`ed buffer of the
 //! segment's size; appends land in the buffer, the commit service copies the appended range into

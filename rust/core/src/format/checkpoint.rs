@@ -1,7 +1,7 @@
-//! The layout of the `checkpoint` file (RocketMQ's `StoreCheckpoint`, STORE_SPEC §5.1): 4 KiB,
-//! of which the first 40 bytes are five big-endian longs: physicMsgTimestamp,
-//! logicsMsgTimestamp, indexMsgTimestamp, masterFlushedOffset and confirmPhyOffset. The rest of
-//! the page is unused. Opening and writing the file is `crate::file::checkpoint`'s.
+//! The layout of the `checkpoint` file (RocketMQ's `StoreCheckpoint`, docs/format.md#checkpoint):
+//! 4 KiB, of which the first 40 bytes are five big-endian longs: physicMsgTimestamp,
+//! logicsMsgTimestamp, indexMsgTimestamp, masterFlushedOffset and confirmPhyOffset. The rest of the
+//! page is unused. Opening and writing the file is `crate::file::checkpoint`'s.
 
 use super::bytes::be_i64;
 

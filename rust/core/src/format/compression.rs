@@ -1,8 +1,8 @@
-//! Compressed message bodies (STORE_SPEC §1.4): RocketMQ's producers compress bodies over 4 KiB
-//! and mark the record's SYSFLAG with `COMPRESSED_FLAG`; 5.x also records the algorithm in bits
-//! 8-10 (`0x100` LZ4, `0x200` ZSTD, `0x300` ZLIB, with 0 from older clients meaning ZLIB:
-//! `CompressionType.findByValue`). The store keeps the compressed bytes (the body CRC covers
-//! them); readers give back the body the producer sent, as RocketMQ's consumers do
+//! Compressed message bodies (docs/format.md#compressed-bodies): RocketMQ's producers compress
+//! bodies over 4 KiB and mark the record's SYSFLAG with `COMPRESSED_FLAG`; 5.x also records the
+//! algorithm in bits 8-10 (`0x100` LZ4, `0x200` ZSTD, `0x300` ZLIB, with 0 from older clients
+//! meaning ZLIB: `CompressionType.findByValue`). The store keeps the compressed bytes (the body CRC
+//! covers them); readers give back the body the producer sent, as RocketMQ's consumers do
 //! (`MessageDecoder.decode` with `deCompressBody`).
 //!
 //! The formats are the ones RocketMQ's compressors write: a zlib stream (`java.util.zip.Deflater`,

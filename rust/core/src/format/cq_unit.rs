@@ -1,6 +1,6 @@
-//! The consume queue unit (RocketMQ's `ConsumeQueue`, STORE_SPEC §3): 20 bytes, big-endian,
-//! commitlog offset (i64), record size (i32), tags code (i64). A queue's segments are arrays of
-//! these; the unit for queue offset `n` is at logical byte `n * 20`.
+//! The consume queue unit (RocketMQ's `ConsumeQueue`, docs/format.md#consume-queues): 20 bytes,
+//! big-endian, commitlog offset (i64), record size (i32), tags code (i64). A queue's segments are
+//! arrays of these; the unit for queue offset `n` is at logical byte `n * 20`.
 
 use super::bytes::{be_i32, be_i64};
 

@@ -1,4 +1,4 @@
-//! Writing commitlog records, byte for byte (STORE_SPEC §1).
+//! Writing commitlog records, byte for byte (docs/format.md#commitlog-records).
 //!
 //! Encoding is split in two so the append path can copy straight into the mapped file: a
 //! [`PreparedMessage`] is validated and measured outside the append lock (body CRC, properties
@@ -256,7 +256,8 @@ pub(crate) mod tests {
         }
     }
 
-    /// STORE_SPEC §1.2: topic "FooBar", 32-byte body, TAGS=TAG1 and a 13-digit KEYS: 158 bytes.
+    /// docs/format.md#record-fields: topic "FooBar", 32-byte body, TAGS=TAG1 and a 13-digit KEYS:
+    /// 158 bytes.
     #[test]
     fn golden_158_byte_record() {
         let props = encode_properties([("TAGS", "TAG1"), ("KEYS", "1700000000000")]);
@@ -266,7 +267,7 @@ pub(crate) mod tests {
         assert_eq!(p.total_len(), 158);
         let rec = p.to_vec(7, 1580, 1_700_000_000_123);
         assert_eq!(rec.len(), 158);
-        // Field positions of §1.2 for IPv4 hosts, V1.
+        // Field positions of docs/format.md#record-fields for IPv4 hosts, V1.
         assert_eq!(be_i32(&rec, 0), 158);
         assert_eq!(be_i32(&rec, 4), MESSAGE_MAGIC_CODE_V1);
         assert_eq!(be_i32(&rec, 8), masked_crc32(&body));

@@ -1,5 +1,5 @@
 //! The index file format, as bytes (no I/O): RocketMQ's hash index from message keys
-//! (`topic#KEYS` item, `topic#UNIQ_KEY`) to commitlog physical offsets (STORE_SPEC §4;
+//! (`topic#KEYS` item, `topic#UNIQ_KEY`) to commitlog physical offsets (docs/format.md#index-files;
 //! `IndexHeader`, `IndexFile`'s layout, `IndexService.buildKey`).
 //!
 //! File layout (all big-endian): a 40-byte header, `hash_slot_num` 4-byte slots holding the

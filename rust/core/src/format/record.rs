@@ -1,6 +1,7 @@
-//! The layout of a commitlog record: RocketMQ's 17-field message record (STORE_SPEC §1) and
-//! the end-of-file blank record: magic codes, fixed field positions, the record version and the
-//! length formula. Writing is in [`super::encode`], reading in [`super::decode`].
+//! The layout of a commitlog record: RocketMQ's 17-field message record
+//! (docs/format.md#commitlog-records) and the end-of-file blank record: magic codes, fixed field
+//! positions, the record version and the length formula. Writing is in [`super::encode`], reading
+//! in [`super::decode`].
 
 use super::sysflag;
 

@@ -397,8 +397,8 @@ impl IndexFile {
         self.index_count() >= self.index_num
     }
 
-    /// `putKey` (STORE_SPEC §4.3): appends an entry for `key` and makes it the head of its
-    /// bucket; `false` when the file is full.
+    /// `putKey` (docs/format.md#index-slots-and-entries): appends an entry for `key` and makes it
+    /// the head of its bucket; `false` when the file is full.
     #[cfg(test)]
     pub(crate) fn put_key(&self, key: &str, phy_offset: i64, store_timestamp: i64) -> bool {
         self.put_key_hash(index_key_hash(key), phy_offset, store_timestamp)

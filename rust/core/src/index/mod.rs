@@ -1,6 +1,6 @@
 //! Index files: RocketMQ's hash index from message keys (`topic#KEYS` item, `topic#UNIQ_KEY`) to
-//! commitlog physical offsets (STORE_SPEC §4; `IndexFile`, `IndexService`). The byte layout
-//! (header, slots, entries, key hashes, file names) is [`crate::format::index`].
+//! commitlog physical offsets (docs/format.md#index-files; `IndexFile`, `IndexService`). The byte
+//! layout (header, slots, entries, key hashes, file names) is [`crate::format::index`].
 //!
 //! - `file`: one mapped index file, putting keys and walking bucket chains, lock-free readers.
 //! - `batch`: the keys of dispatched messages, hashed in one pass before they are put.

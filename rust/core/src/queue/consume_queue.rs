@@ -1,7 +1,7 @@
-//! Consume queues: per topic/queue logical indexes into the commitlog (RocketMQ's
-//! `ConsumeQueue`, STORE_SPEC §3), in `consumequeue/<topic>/<queueId>/<20-digit>` segments of
-//! 20-byte units: commitlog offset (i64), record size (i32), tags code (i64), big-endian (the
-//! unit layout is `crate::format`'s [`CqUnit`]).
+//! Consume queues: per topic/queue logical indexes into the commitlog (RocketMQ's `ConsumeQueue`,
+//! docs/format.md#consume-queues), in `consumequeue/<topic>/<queueId>/<20-digit>` segments of
+//! 20-byte units: commitlog offset (i64), record size (i32), tags code (i64), big-endian (the unit
+//! layout is `crate::format`'s [`CqUnit`]).
 //!
 //! Written only by dispatch (one writer); read by any thread.
 

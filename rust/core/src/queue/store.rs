@@ -1,4 +1,5 @@
-//! All consume queues of a store: `consumequeue/<topic>/<queueId>/` (STORE_SPEC §3, §5.3).
+//! All consume queues of a store: `consumequeue/<topic>/<queueId>/` (docs/format.md#consume-queues,
+//! docs/architecture.md#opening).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -200,7 +201,7 @@ impl ConsumeQueueStore {
         Ok(n)
     }
 
-    /// Recovers every queue (§3.7).
+    /// Recovers every queue (docs/architecture.md#recovery).
     ///
     /// # Safety
     /// As [`ConsumeQueue::recover`], for every queue.

@@ -1,5 +1,5 @@
 //! `getOffsetInQueueByTime`: the queue offset of a store time, with a LOWER or UPPER
-//! boundary (STORE_SPEC §8.2).
+//! boundary (docs/architecture.md#queue-lookups-and-offsets-by-time).
 
 use crate::commitlog::CommitLog;
 use crate::queue::consume_queue::ConsumeQueue;

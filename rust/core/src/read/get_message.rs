@@ -1,5 +1,5 @@
 //! `getMessage`: a pull over one queue, with RocketMQ's statuses, next offsets and batch
-//! limits (STORE_SPEC §8.1).
+//! limits (docs/architecture.md#reading-by-queue).
 
 use crate::commitlog::CommitLog;
 use crate::config::StoreConfig;

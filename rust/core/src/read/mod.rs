@@ -1,5 +1,5 @@
 //! The read path: `getMessage` with tag filtering and batch limits, offsets by time
-//! (STORE_SPEC §8), and bulk reads into Arrow columns.
+//! (docs/architecture.md#reads), and bulk reads into Arrow columns.
 //!
 //! - `filter.rs`: subscription expressions ([`TagFilter`]).
 //! - `get_message.rs`: `getMessage` over one queue, its statuses and batch limits.

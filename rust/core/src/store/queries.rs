@@ -90,9 +90,9 @@ impl MessageStore {
         self.with_open(|o| o.commitlog.is_aligned(offset))
     }
 
-    /// `getMessage` (STORE_SPEC §8.1) with RocketMQ's statuses and next offsets. Tags are
-    /// matched by code in the consume queue and then by the real tag string, so a hash collision
-    /// never returns a message of another tag.
+    /// `getMessage` (docs/architecture.md#reading-by-queue) with RocketMQ's statuses and next
+    /// offsets. Tags are matched by code in the consume queue and then by the real tag string, so a
+    /// hash collision never returns a message of another tag.
     pub fn get_message(
         &self,
         topic: &str,
@@ -186,7 +186,8 @@ impl MessageStore {
         self.message_store_timestamp(topic, queue_id, min)
     }
 
-    /// `getOffsetInQueueByTime` with a LOWER or UPPER boundary (STORE_SPEC §8.2).
+    /// `getOffsetInQueueByTime` with a LOWER or UPPER boundary
+    /// (docs/architecture.md#queue-lookups-and-offsets-by-time).
     pub fn offset_in_queue_by_time(
         &self,
         topic: &str,

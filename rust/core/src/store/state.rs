@@ -4,7 +4,8 @@ use std::sync::atomic::Ordering;
 
 use crate::error::{Result, StoreError};
 
-/// The store's lifecycle (`MessageStoreStateMachine`, STORE_SPEC §18): states only move forward.
+/// The store's lifecycle (`MessageStoreStateMachine`, docs/architecture.md#lifecycle-states):
+/// states only move forward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum StoreState {
