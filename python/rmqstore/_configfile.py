@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, NoReturn, Self, TypeVar
+from typing import Any, Generic, NoReturn, Self, TypeGuard, TypeVar
 
 from .errors import StoreClosedError, StoreCorruptedError, StoreIOError
 
@@ -44,6 +44,7 @@ __all__ = [
     "ConfigManager",
     "UndecodableError",
     "dump_json",
+    "is_json_int",
     "parse_json",
     "strict_loads",
 ]
@@ -158,6 +159,11 @@ def parse_json(raw: bytes) -> Any:
             return _loads(_quote_bare_int_keys(text))
     except (json.JSONDecodeError, RecursionError, ValueError) as e:
         raise UndecodableError(f"not JSON ({str(e)[:200]})") from None
+
+
+def is_json_int(value: object) -> TypeGuard[int]:
+    """Whether a decoded JSON value is an integer (``True`` and ``False`` are not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def dump_json(doc: Any) -> bytes:

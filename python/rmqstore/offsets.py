@@ -38,9 +38,9 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from typing import Any, TypeGuard
+from typing import Any
 
-from ._configfile import ConfigManager, UndecodableError, dump_json
+from ._configfile import ConfigManager, UndecodableError, dump_json, is_json_int
 from .errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
@@ -69,10 +69,6 @@ _Table = dict[str, dict[int, int]]
 _QUEUE_ID = re.compile(r"0|-?[1-9][0-9]{0,9}")
 
 
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 # -- decoding -----------------------------------------------------------------------------------
 
 
@@ -96,7 +92,7 @@ def _decode(doc: Any) -> tuple[dict[str, Any], _Table]:
                 _MIN_INT <= int(queue_id) <= _MAX_QUEUE_ID
             ):
                 raise UndecodableError(f"{where}: queue id {queue_id[:40]!r} is not a Java int")
-            if not _is_int(offset) or not _MIN_LONG <= offset <= _MAX_OFFSET:
+            if not is_json_int(offset) or not _MIN_LONG <= offset <= _MAX_OFFSET:
                 raise UndecodableError(
                     f"{where}[{queue_id!r}]: offset {str(offset)[:40]} is not a Java long"
                 )
@@ -159,7 +155,7 @@ def _int_text(value: int) -> str:
 
 
 def _check_int(what: str, value: object, hi: int) -> int:
-    if not _is_int(value):
+    if not is_json_int(value):
         raise ArgumentTypeError(f"{what} must be an int, got {type(value).__name__}")
     if value < 0:
         raise InvalidArgumentError(f"{what} must be between 0 and {hi}, got {_int_text(value)}")

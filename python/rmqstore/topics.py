@@ -33,9 +33,9 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from typing import Any, TypeGuard
+from typing import Any
 
-from ._configfile import ConfigManager, UndecodableError, dump_json
+from ._configfile import ConfigManager, UndecodableError, dump_json, is_json_int
 from .errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["SYSTEM_TOPICS", "TopicConfigManager", "is_system_topic"]
@@ -84,10 +84,6 @@ def is_system_topic(topic: str) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _check_entry(name: str, entry: object) -> dict[str, Any]:
     where = f"topicConfigTable[{name[:200]!r}]"
     if not isinstance(entry, dict):
@@ -95,7 +91,7 @@ def _check_entry(name: str, entry: object) -> dict[str, Any]:
     for field in _INT_FIELDS:
         if field in entry:
             value = entry[field]
-            if not _is_int(value) or not _MIN_INT <= value <= _MAX_INT:
+            if not is_json_int(value) or not _MIN_INT <= value <= _MAX_INT:
                 raise UndecodableError(f"{where}.{field} {str(value)[:40]} is not a Java int")
     if "order" in entry and not isinstance(entry["order"], bool):
         raise UndecodableError(f"{where}.order is not a boolean")
@@ -125,7 +121,7 @@ def _decode(doc: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
             raise UndecodableError("dataVersion is not an object")
         for field in ("counter", "stateVersion", "timestamp"):
             value = version.get(field, 0)
-            if not _is_int(value) or not _MIN_LONG <= value <= _MAX_LONG:
+            if not is_json_int(value) or not _MIN_LONG <= value <= _MAX_LONG:
                 raise UndecodableError(f"dataVersion.{field} is not a Java long")
     return doc, {name: _check_entry(name, entry) for name, entry in table.items()}
 
@@ -196,7 +192,7 @@ class TopicConfigManager(ConfigManager[tuple[dict[str, Any], dict[str, dict[str,
         with self._lock:
             self._check_open()
             for topic, needed in queues.items():
-                if not isinstance(topic, str) or not _is_int(needed):
+                if not isinstance(topic, str) or not is_json_int(needed):
                     raise ArgumentTypeError("queues must map topic names to queue counts")
                 if not 0 < needed <= _MAX_INT:
                     raise InvalidArgumentError(

@@ -1,9 +1,12 @@
 //! Commitlog behaviour through the public store API, on real files.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::TempDir;
 use rmqstore_core::format::{
     check_record, property, RecordCheck, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH,
 };
@@ -12,26 +15,6 @@ use rmqstore_core::Batch;
 use rmqstore_core::{
     FlushDiskType, Message, MessageStore, PutMessageStatus, StoreConfig, StoreError,
 };
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("rmqstore-it-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 const SEG: i64 = 4096;
 
@@ -62,7 +45,7 @@ fn segment_bytes(store: &MessageStore, idx: usize) -> Vec<u8> {
 
 #[test]
 fn roll_writes_a_blank_record_and_continues_in_the_next_segment() {
-    let dir = TempDir::new("roll");
+    let dir = TempDir::new("it", "roll");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let body = vec![7u8; 900];
     let mut offsets = Vec::new();
@@ -107,7 +90,7 @@ fn roll_writes_a_blank_record_and_continues_in_the_next_segment() {
 
 #[test]
 fn a_batch_lands_whole_in_one_segment() {
-    let dir = TempDir::new("batch");
+    let dir = TempDir::new("it", "batch");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let first = store
         .put_message(&msg("TopicA", 1, &[1u8; 2500], "a"))
@@ -160,7 +143,7 @@ fn a_batch_lands_whole_in_one_segment() {
 
 #[test]
 fn reopen_recovers_position_and_queue_offsets() {
-    let dir = TempDir::new("reopen");
+    let dir = TempDir::new("it", "reopen");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let mut offsets = Vec::new();
     for i in 0..25 {
@@ -198,7 +181,7 @@ fn reopen_recovers_position_and_queue_offsets() {
 
 #[test]
 fn recovery_stops_at_a_damaged_record_and_zeroes_what_follows() {
-    let dir = TempDir::new("damage");
+    let dir = TempDir::new("it", "damage");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let mut offsets = Vec::new();
     for i in 0..6 {
@@ -238,7 +221,7 @@ fn recovery_stops_at_a_damaged_record_and_zeroes_what_follows() {
 
 #[test]
 fn the_lock_refuses_a_second_open_and_touches_nothing() {
-    let dir = TempDir::new("lock");
+    let dir = TempDir::new("it", "lock");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     store.put_message(&msg("T", 0, b"x", "k")).unwrap();
     let before = std::fs::read(store.commitlog_segments().unwrap()[0].clone()).unwrap();
@@ -258,7 +241,7 @@ fn the_lock_refuses_a_second_open_and_touches_nothing() {
 
 #[test]
 fn closed_store_answers_closed() {
-    let dir = TempDir::new("closed");
+    let dir = TempDir::new("it", "closed");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     store.close().unwrap();
     store.close().unwrap();
@@ -271,7 +254,7 @@ fn closed_store_answers_closed() {
 
 #[test]
 fn the_allocation_service_preallocates_and_close_removes_unused_segments() {
-    let dir = TempDir::new("alloc");
+    let dir = TempDir::new("it", "alloc");
     let cfg = StoreConfig {
         mapped_file_size_commit_log: 64 * 1024,
         warm_mapped_file_enable: true,
@@ -322,7 +305,7 @@ fn the_allocation_service_preallocates_and_close_removes_unused_segments() {
 /// Size of the record `msg(topic, 0, body, "k")` takes, measured by a put into a scratch store
 /// (`test` names the store: tests run at the same time).
 fn record_size(test: &str, topic: &str, body_len: usize) -> i64 {
-    let dir = TempDir::new(&format!("size-{test}"));
+    let dir = TempDir::new("it", &format!("size-{test}"));
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let r = store
         .put_message(&msg(topic, 0, &vec![1u8; body_len], "k"))
@@ -337,7 +320,7 @@ fn a_record_may_leave_exactly_the_blank_records_room_and_no_less() {
     let overhead = record_size("exact", "T", 0);
     // Ends exactly END_FILE_MIN_BLANK_LENGTH before the end of the segment: it stays there,
     // and the next record rolls behind an 8-byte blank record.
-    let dir = TempDir::new("exact");
+    let dir = TempDir::new("it", "exact");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let body = (SEG - min_blank - overhead) as usize;
     let r = store
@@ -353,7 +336,7 @@ fn a_record_may_leave_exactly_the_blank_records_room_and_no_less() {
 
     // One byte longer leaves less than the blank record needs: the record itself rolls to the
     // next segment, and the blank record claims everything after the records before it.
-    let dir = TempDir::new("over");
+    let dir = TempDir::new("it", "over");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let first = store.put_message(&msg("T", 0, &[1u8; 100], "k")).unwrap();
     let body = (SEG - min_blank - first.wrote_bytes - overhead + 1) as usize;
@@ -384,7 +367,7 @@ fn a_record_may_leave_exactly_the_blank_records_room_and_no_less() {
 
 #[test]
 fn a_record_larger_than_a_segment_can_hold_is_refused() {
-    let dir = TempDir::new("too-big");
+    let dir = TempDir::new("it", "too-big");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let overhead = record_size("too-big", "T", 0);
     let fits = (SEG - i64::from(END_FILE_MIN_BLANK_LENGTH) - overhead) as usize;
@@ -421,7 +404,7 @@ fn copy_store(from: &Path, to: &Path) {
 
 #[test]
 fn a_torn_last_record_is_cut_at_its_start_after_a_crash() {
-    let dir = TempDir::new("torn");
+    let dir = TempDir::new("it", "torn");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let body = vec![6u8; 700];
     let mut rs = Vec::new();
@@ -433,7 +416,7 @@ fn a_torn_last_record_is_cut_at_its_start_after_a_crash() {
     // The last record starts a segment after an earlier one ended in a blank record.
     let last = rs.last().unwrap().clone();
     assert!(last.wrote_offset >= SEG);
-    let crashed = TempDir::new("torn-copy");
+    let crashed = TempDir::new("it", "torn-copy");
     copy_store(dir.path(), crashed.path());
     store.close().unwrap();
     // The crash tore the last record: only its first half reached the file.
@@ -484,7 +467,7 @@ fn a_torn_last_record_is_cut_at_its_start_after_a_crash() {
 
 #[test]
 fn a_crash_copy_recovers_every_message_it_holds() {
-    let dir = TempDir::new("crash-all");
+    let dir = TempDir::new("it", "crash-all");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let mut rs = Vec::new();
     for i in 0..30 {
@@ -494,7 +477,7 @@ fn a_crash_copy_recovers_every_message_it_holds() {
         rs.push(r);
     }
     let end = store.max_phy_offset().unwrap();
-    let crashed = TempDir::new("crash-all-copy");
+    let crashed = TempDir::new("it", "crash-all-copy");
     copy_store(dir.path(), crashed.path());
     store.close().unwrap();
     let store = MessageStore::open(crashed.path(), small_config()).unwrap();
@@ -520,7 +503,7 @@ fn a_crash_copy_recovers_every_message_it_holds() {
 
 #[test]
 fn truncate_files_cuts_everything_from_a_message_on() {
-    let dir = TempDir::new("truncate");
+    let dir = TempDir::new("it", "truncate");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let mut rs = Vec::new();
     for i in 0..40 {
@@ -570,7 +553,7 @@ fn truncate_files_cuts_everything_from_a_message_on() {
 
 #[test]
 fn truncate_files_refuses_a_misaligned_offset_and_ignores_the_end() {
-    let dir = TempDir::new("truncate-refuse");
+    let dir = TempDir::new("it", "truncate-refuse");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let mut rs = Vec::new();
     for i in 0..10 {
@@ -598,7 +581,7 @@ fn truncate_files_refuses_a_misaligned_offset_and_ignores_the_end() {
 
 #[test]
 fn async_flush_positions_follow_the_flush_rounds() {
-    let dir = TempDir::new("async-flush");
+    let dir = TempDir::new("it", "async-flush");
     let store = MessageStore::open(dir.path(), small_config()).unwrap();
     let start = store.flushed_where().unwrap();
     let mut end = 0;
@@ -631,7 +614,7 @@ fn async_flush_positions_follow_the_flush_rounds() {
 
 #[test]
 fn with_the_transient_pool_appends_are_readable_once_committed() {
-    let dir = TempDir::new("pool");
+    let dir = TempDir::new("it", "pool");
     let cfg = StoreConfig {
         transient_store_pool_enable: true,
         transient_store_pool_size: 2,
@@ -686,7 +669,7 @@ fn group_commit_service(store: &Arc<MessageStore>) -> std::thread::JoinHandle<u6
 
 #[test]
 fn a_sync_put_returns_once_forced() {
-    let dir = TempDir::new("sync");
+    let dir = TempDir::new("it", "sync");
     let store = Arc::new(MessageStore::open(dir.path(), sync_config(5000)).unwrap());
     let service = group_commit_service(&store);
     for i in 0..20 {
@@ -718,7 +701,7 @@ fn a_sync_put_returns_once_forced() {
 
 #[test]
 fn concurrent_sync_puts_share_forces() {
-    let dir = TempDir::new("sync-share");
+    let dir = TempDir::new("it", "sync-share");
     let store = Arc::new(MessageStore::open(dir.path(), sync_config(5000)).unwrap());
     let service = group_commit_service(&store);
     let producers: Vec<_> = (0..16)
@@ -746,7 +729,7 @@ fn concurrent_sync_puts_share_forces() {
 
 #[test]
 fn a_sync_put_times_out_without_a_force_and_is_still_stored() {
-    let dir = TempDir::new("sync-timeout");
+    let dir = TempDir::new("it", "sync-timeout");
     let store = MessageStore::open(dir.path(), sync_config(50)).unwrap();
     // A service is attached but runs no round.
     store.attach_group_commit().unwrap();
@@ -772,7 +755,7 @@ fn a_sync_put_times_out_without_a_force_and_is_still_stored() {
 
 #[test]
 fn a_sync_put_with_wait_false_does_not_wait() {
-    let dir = TempDir::new("sync-nowait");
+    let dir = TempDir::new("it", "sync-nowait");
     let store = MessageStore::open(dir.path(), sync_config(10_000)).unwrap();
     store.attach_group_commit().unwrap();
     let mut m = msg("S", 0, b"now", "k");
@@ -787,7 +770,7 @@ fn a_sync_put_with_wait_false_does_not_wait() {
 
 #[test]
 fn without_a_group_commit_service_a_sync_put_forces_itself() {
-    let dir = TempDir::new("sync-self");
+    let dir = TempDir::new("it", "sync-self");
     let store = MessageStore::open(dir.path(), sync_config(5000)).unwrap();
     let r = store.put_message(&msg("S", 0, b"alone", "k")).unwrap();
     assert_eq!(r.status, PutMessageStatus::PutOk);
@@ -798,7 +781,7 @@ fn without_a_group_commit_service_a_sync_put_forces_itself() {
 
 #[test]
 fn stopping_group_commit_releases_waiting_puts() {
-    let dir = TempDir::new("sync-stop");
+    let dir = TempDir::new("it", "sync-stop");
     let store = Arc::new(MessageStore::open(dir.path(), sync_config(30_000)).unwrap());
     store.attach_group_commit().unwrap();
     let producers: Vec<_> = (0..4)

@@ -3,34 +3,20 @@
 //! (docs/architecture.md#queue-lookups-and-offsets-by-time), the Arrow columns of `read_batch`,
 //! `query_message`, and damaged records refused on read.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+mod common;
 
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::TempDir;
 use rmqstore_core::read::{
     BatchColumns, GetMessageResult, GetMessageStatus, TagFilter, TimeBoundary, PARALLEL_READ_UNITS,
 };
-use rmqstore_core::{AppendResult, Batch, Message, MessageStore, StoreConfig, StoreError};
+use rmqstore_core::{
+    now_millis, AppendResult, Batch, Message, MessageStore, StoreConfig, StoreError,
+};
 
 use GetMessageStatus as S;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("rmqstore-read-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Commitlog segment size of [`small`] stores.
 const SEG: i64 = 64 * 1024;
@@ -46,13 +32,6 @@ fn small() -> StoreConfig {
         max_index_num: 50,
         ..StoreConfig::default()
     }
-}
-
-fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// Java's `String.hashCode`.
@@ -202,7 +181,7 @@ fn statuses_are_rocketmqs_in_its_order() {
 
 #[test]
 fn empty_and_unknown_queues_have_no_message() {
-    let d = TempDir::new("empty");
+    let d = TempDir::new("read", "empty");
     let store = MessageStore::open(d.path(), small()).unwrap();
     fill(&store, "Known", 3, |_| None);
     for (topic, q, offset) in [("Known", 1, 0), ("Unknown", 0, 0), ("Unknown", 0, 5)] {
@@ -220,7 +199,7 @@ fn empty_and_unknown_queues_have_no_message() {
 
 #[test]
 fn offsets_past_the_end_overflow_and_offsets_inside_are_found() {
-    let d = TempDir::new("overflow");
+    let d = TempDir::new("read", "overflow");
     let store = MessageStore::open(d.path(), small()).unwrap();
     let rs = fill(&store, "Q", 10, |_| None);
     let r = get(&store, "Q", 10, 32, "*");
@@ -257,7 +236,7 @@ fn offsets_past_the_end_overflow_and_offsets_inside_are_found() {
 
 #[test]
 fn a_negative_offset_is_too_small() {
-    let d = TempDir::new("negative");
+    let d = TempDir::new("read", "negative");
     let store = MessageStore::open(d.path(), small()).unwrap();
     fill(&store, "Q", 3, |_| None);
     for offset in [-1, i64::MIN] {
@@ -273,7 +252,7 @@ fn a_negative_offset_is_too_small() {
 /// answer it.
 #[test]
 fn offsets_below_a_minimum_above_zero_are_too_small() {
-    let d = TempDir::new("too-small");
+    let d = TempDir::new("read", "too-small");
     let store = MessageStore::open(d.path(), small()).unwrap();
     let rs: Vec<AppendResult> = (0..300u32)
         .map(|i| {
@@ -325,7 +304,7 @@ fn offsets_below_a_minimum_above_zero_are_too_small() {
 /// end of the consume queue segment (one segment per call).
 #[test]
 fn filtered_units_are_scanned_past_up_to_the_segment_end() {
-    let d = TempDir::new("no-match");
+    let d = TempDir::new("read", "no-match");
     let store = MessageStore::open(d.path(), small()).unwrap();
     fill(&store, "F", 120, |_| Some("TagA"));
     for (offset, next) in [
@@ -349,7 +328,7 @@ fn filtered_units_are_scanned_past_up_to_the_segment_end() {
 /// maxMsgNums * 20) bytes of units: 800 units by default.
 #[test]
 fn a_filtered_scan_is_bounded_by_max_filter_message_size() {
-    let d = TempDir::new("filter-bound");
+    let d = TempDir::new("read", "filter-bound");
     let cfg = StoreConfig {
         mapped_file_size_consume_queue: 20 * 5000,
         ..small()
@@ -365,7 +344,7 @@ fn a_filtered_scan_is_bounded_by_max_filter_message_size() {
 
 #[test]
 fn found_after_filtered_units() {
-    let d = TempDir::new("found-after");
+    let d = TempDir::new("read", "found-after");
     let store = MessageStore::open(d.path(), small()).unwrap();
     fill(&store, "F", 20, |i| {
         Some(if i == 5 || i == 9 { "TagB" } else { "TagA" })
@@ -386,7 +365,7 @@ fn found_after_filtered_units() {
 /// `DefaultMessageStoreTest.testPullSize`: 32 small messages; maxMsgNums 32, 20 and 10.
 #[test]
 fn pull_size() {
-    let d = TempDir::new("pull-size");
+    let d = TempDir::new("read", "pull-size");
     let store = MessageStore::open(d.path(), small()).unwrap();
     fill(&store, "PullSize", 32, |_| None);
     for n in [32, 20, 10] {
@@ -401,7 +380,7 @@ fn pull_size() {
 
 #[test]
 fn the_in_memory_count_limit_caps_a_batch() {
-    let d = TempDir::new("count-limit");
+    let d = TempDir::new("read", "count-limit");
     let cfg = StoreConfig {
         max_transfer_count_on_message_in_memory: 5,
         ..small()
@@ -415,7 +394,7 @@ fn the_in_memory_count_limit_caps_a_batch() {
 
 #[test]
 fn the_in_memory_byte_limit_caps_a_batch_but_never_below_one() {
-    let d = TempDir::new("byte-limit");
+    let d = TempDir::new("read", "byte-limit");
     let store = MessageStore::open(d.path(), small()).unwrap();
     let rs = fill(&store, "B", 40, |_| None);
     let size = rs[10].wrote_bytes;
@@ -441,7 +420,7 @@ fn the_in_memory_byte_limit_caps_a_batch_but_never_below_one() {
 
 #[test]
 fn a_pull_never_crosses_a_consume_queue_segment() {
-    let d = TempDir::new("segment");
+    let d = TempDir::new("read", "segment");
     let store = MessageStore::open(d.path(), small()).unwrap();
     fill(&store, "Seg", 120, |_| None);
     let r = get(&store, "Seg", 40, 32, "*");
@@ -479,7 +458,7 @@ const MIXED: [Option<&str>; 10] = [
 /// the messages whose TAGS equals one of its (trimmed, deduplicated) tags.
 #[test]
 fn tag_subscriptions() {
-    let d = TempDir::new("subscriptions");
+    let d = TempDir::new("read", "subscriptions");
     let store = MessageStore::open(d.path(), small()).unwrap();
     let n = 3 * MIXED.len();
     fill(&store, "Tags", n, |i| MIXED[i % MIXED.len()]);
@@ -515,7 +494,7 @@ fn tag_subscriptions() {
 #[test]
 fn a_tag_hash_collision_never_returns_the_other_tag() {
     assert_eq!((java_hash("Aa"), java_hash("BB")), (2112, 2112));
-    let d = TempDir::new("collision");
+    let d = TempDir::new("read", "collision");
     let store = MessageStore::open(d.path(), small()).unwrap();
     let tags: Vec<Option<&str>> = [
         Some("Aa"),
@@ -558,7 +537,7 @@ fn a_tag_hash_collision_never_returns_the_other_tag() {
 /// a tag ending in a no-break, line-separator or ideographic space is subscribed to as stored.
 #[test]
 fn tags_are_trimmed_as_java_trims_them() {
-    let d = TempDir::new("trim");
+    let d = TempDir::new("read", "trim");
     let store = MessageStore::open(d.path(), small()).unwrap();
     let tags = ["Paid\u{a0}", "Paid\u{2028}", "\u{3000}Paid", "Paid"];
     for t in tags {
@@ -586,7 +565,7 @@ fn tags_are_trimmed_as_java_trims_them() {
 /// three consume queue segments (a batch straddles the first segment boundary).
 #[test]
 fn offsets_by_time_with_both_boundaries() {
-    let d = TempDir::new("by-time");
+    let d = TempDir::new("read", "by-time");
     let store = MessageStore::open(d.path(), small()).unwrap();
     let mut ts: Vec<i64> = Vec::new();
     let single = |ts: &mut Vec<i64>, i: usize| {
@@ -862,7 +841,7 @@ fn fill_varied(store: &MessageStore, topic: &str, n: usize) {
 
 #[test]
 fn read_batch_columns_equal_get_message() {
-    let d = TempDir::new("columns");
+    let d = TempDir::new("read", "columns");
     let store = MessageStore::open(d.path(), small()).unwrap();
     let n = 700;
     fill_varied(&store, "Cols", n);
@@ -904,7 +883,7 @@ fn read_batch_columns_equal_get_message() {
 /// shifted), across consume queue segments, give the rows one thread gives.
 #[test]
 fn a_large_read_batch_on_two_threads_equals_get_message() {
-    let d = TempDir::new("columns-large");
+    let d = TempDir::new("read", "columns-large");
     let cfg = StoreConfig {
         mapped_file_size_commit_log: 8 << 20,
         mapped_file_size_consume_queue: 20 * 7001,
@@ -935,7 +914,7 @@ fn a_large_read_batch_on_two_threads_equals_get_message() {
 
 #[test]
 fn read_batch_at_the_ends_of_a_queue_and_of_the_integer_ranges() {
-    let d = TempDir::new("columns-ends");
+    let d = TempDir::new("read", "columns-ends");
     let store = MessageStore::open(d.path(), small()).unwrap();
     fill(&store, "Ends", 3, |_| None);
     let read = |topic: &str, offset: i64, count: usize| {
@@ -1001,7 +980,7 @@ fn assert_corrupt(e: StoreError, path: &Path, offset: i64, says: &str) -> String
 /// records around it read as before; with the check off the damaged body is served as stored.
 #[test]
 fn a_body_crc_mismatch_is_refused_on_read() {
-    let d = TempDir::new("crc");
+    let d = TempDir::new("read", "crc");
     let store = MessageStore::open(d.path(), small()).unwrap();
     let rs: Vec<AppendResult> = (0..100)
         .map(|i| {
@@ -1088,7 +1067,7 @@ fn a_large_read_batch_fails_on_a_damaged_record_in_either_half() {
     };
     let total = 20_000;
     for (name, damaged) in [("first", 3_000usize), ("second", 15_000)] {
-        let d = TempDir::new(&format!("crc-{name}-half"));
+        let d = TempDir::new("read", &format!("crc-{name}-half"));
         let store = MessageStore::open(d.path(), cfg.clone()).unwrap();
         let mut offsets = Vec::new();
         for chunk in 0..10 {
@@ -1170,7 +1149,7 @@ fn newest_first(rs: &[AppendResult]) -> Vec<i64> {
 
 #[test]
 fn query_by_keys_entry_and_by_uniq_key_exactly() {
-    let d = TempDir::new("query");
+    let d = TempDir::new("read", "query");
     let store = MessageStore::open(d.path(), small()).unwrap();
     let q = |m: Message| put(&store, &m);
     let a = q(message(
@@ -1215,7 +1194,7 @@ fn query_by_keys_entry_and_by_uniq_key_exactly() {
 #[test]
 fn query_is_exact_under_key_hash_collisions_and_newest_first() {
     assert_eq!(java_hash("Q#Aa"), java_hash("Q#BB"));
-    let d = TempDir::new("query-collision");
+    let d = TempDir::new("read", "query-collision");
     let cfg = StoreConfig {
         max_index_num: 1000,
         ..small()
@@ -1254,7 +1233,7 @@ fn query_is_exact_under_key_hash_collisions_and_newest_first() {
 /// The window is applied to store timestamps to the millisecond, both ends included.
 #[test]
 fn query_time_window_is_exact_to_the_millisecond() {
-    let d = TempDir::new("query-time");
+    let d = TempDir::new("read", "query-time");
     let cfg = StoreConfig {
         max_index_num: 1000,
         ..small()

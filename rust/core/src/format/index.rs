@@ -397,19 +397,21 @@ mod fastmod_tests {
     }
 }
 
+/// The reference the key-hashing tests compare with: split on the separator, drop empty keys,
+/// hash each `topic#key`.
+#[cfg(test)]
+pub(crate) fn key_hashes_by_split(topic: &str, keys: &str) -> Vec<i32> {
+    keys.split(' ')
+        .filter(|k| !k.is_empty())
+        .map(|k| index_key_hash(&build_key(topic, k)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::util::now_millis;
     use proptest::prelude::*;
-
-    /// The reference: split on the separator, drop empty keys, hash each `topic#key`.
-    fn key_hashes_by_split(topic: &str, keys: &str) -> Vec<i32> {
-        keys.split(' ')
-            .filter(|k| !k.is_empty())
-            .map(|k| index_key_hash(&build_key(topic, k)))
-            .collect()
-    }
 
     #[test]
     fn keys_are_split_and_hashed_as_by_str_split() {

@@ -109,15 +109,7 @@ impl IndexBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::index::{build_key, index_key_hash};
-
-    /// The reference: split on the separator, drop empty keys, hash each `topic#key`.
-    fn key_hashes_by_split(topic: &str, keys: &str) -> Vec<i32> {
-        keys.split(' ')
-            .filter(|k| !k.is_empty())
-            .map(|k| index_key_hash(&build_key(topic, k)))
-            .collect()
-    }
+    use crate::format::index::{build_key, index_key_hash, key_hashes_by_split};
 
     #[test]
     fn repeated_keys_are_hashed_once_with_the_same_result() {
