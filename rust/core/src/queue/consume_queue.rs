@@ -197,12 +197,14 @@ impl ConsumeQueue {
     }
 
     fn unit_unchecked(&self, files: &[Arc<MappedFile>], logic: i64) -> Option<CqUnit> {
+        if self.read_only_end.load(Ordering::Relaxed) < 0 {
+            return None; // a queue this process writes: see `refresh_read_only`
+        }
         let size = self.queue.file_size();
         let f = files
             .iter()
             .find(|f| logic >= f.file_from_offset() && logic < f.file_from_offset() + size)?;
-        // SAFETY: only called by `refresh_read_only`: a read-only queue, whose files this
-        // process never writes.
+        // SAFETY: a read-only queue (checked above), whose files this process never writes.
         let b = unsafe { f.read_unchecked(logic - f.file_from_offset(), CQ_STORE_UNIT_SIZE) }?;
         Some(CqUnit::decode(logic / CQ_STORE_UNIT_SIZE, b))
     }
