@@ -585,11 +585,40 @@ def same_millisecond_index_file(older: Path, newer: Path, slots: int, entries: i
     file, named ``older``, holding ``older``'s bytes overwritten by ``newer``'s putKey calls
     (slot values read from the shared bytes, ``> indexCount`` taken as empty) and ``newer``'s
     header."""
+    _one_file_for_two(older, newer, slots, entries, None)
+
+
+def header_race_index_file(
+    older: Path, newer: Path, slots: int, entries: int, flushed_after: int
+) -> None:
+    """:func:`same_millisecond_index_file`, with the previous file's flush racing the new
+    file's puts, as RocketMQ 4.9.8 leaves it. ``getAndCreateLastIndexFile`` hands the full file
+    to a new ``FlushIndexFileThread`` right after making the next one, and ``IndexFile.flush``
+    copies that file's in-memory header into the mapping (``IndexHeader.updateByteBuffer``):
+    when both objects map one file, ``older``'s header lands on ``newer``'s. Here it lands
+    after ``flushed_after`` (at least 1) of ``newer``'s puts. Each later put writes its end
+    offset and time, count and (for an empty slot) slot count again, but never the begin
+    offset and time (``putKey`` sets them only for entry 1), so the file keeps ``older``'s
+    begin offset and time: its header claims ``older``'s messages while its entries hold only
+    ``newer``'s. With ``flushed_after`` = all of ``newer``'s entries, the whole header is
+    ``older``'s."""
+    _one_file_for_two(older, newer, slots, entries, flushed_after)
+
+
+def _one_file_for_two(
+    older: Path, newer: Path, slots: int, entries: int, flushed_after: int | None
+) -> None:
     data = bytearray(older.read_bytes())
+    old = parse_index_file(older.name, bytes(data), slots, entries).header
     new = parse_index_file(newer.name, newer.read_bytes(), slots, entries)
+    if flushed_after is not None:
+        assert 1 <= flushed_after < new.header.index_count
     entries_at = INDEX_HEADER_SIZE + slots * INDEX_SLOT_SIZE
     count = 1
     slot_count = 0
+    # The header fields as the mapping holds them (begin time, end time, begin offset, end
+    # offset, slot count, count), once the new file's puts (and the old file's flush) are done.
+    header = list(dataclasses.astuple(new.header))
     for n in range(1, new.header.index_count):
         e = new.entries[n]
         assert e is not None
@@ -598,6 +627,7 @@ def same_millisecond_index_file(older: Path, newer: Path, slots: int, entries: i
         if slot <= 0 or slot > count:
             slot = 0
             slot_count += 1
+            header[4] = slot_count
         struct.pack_into(
             ">iqii",
             data,
@@ -609,18 +639,15 @@ def same_millisecond_index_file(older: Path, newer: Path, slots: int, entries: i
         )
         struct.pack_into(">i", data, slot_pos, count)
         count += 1
-    h = new.header
-    struct.pack_into(
-        ">qqqqii",
-        data,
-        0,
-        h.begin_timestamp,
-        h.end_timestamp,
-        h.begin_phy_offset,
-        h.end_phy_offset,
-        slot_count,
-        count,
-    )
+        header[5] = count
+        if n == flushed_after:
+            header = list(dataclasses.astuple(old))
+    if flushed_after is None:
+        header[4], header[5] = slot_count, count
+    elif flushed_after < new.header.index_count - 1:
+        # The puts after the flush wrote their end time and offset: the last one's stay.
+        header[1], header[3] = new.header.end_timestamp, new.header.end_phy_offset
+    struct.pack_into(">qqqqii", data, 0, *header)
     older.write_bytes(bytes(data))
     newer.unlink()
 

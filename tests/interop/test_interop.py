@@ -28,7 +28,13 @@ from interop_harness import (
     rmq_tag_queries,
     rmq_write,
 )
-from rmqwire import read_commitlog, same_millisecond_index_file, segment_files
+from rmqwire import (
+    header_race_index_file,
+    parse_index_file,
+    read_commitlog,
+    same_millisecond_index_file,
+    segment_files,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -135,6 +141,77 @@ def test_index_file_lost_to_a_same_millisecond_name(referee: JavaHarness, tmp_pa
     check_matches_described(ours, described, puts, SMALL)
     added = sorted({p.name for p in index.iterdir()} - set(names))
     assert added == sorted([names[7] + "1", *refilled])
+    theirs = referee.read(store, SMALL)
+    assert_same_dump(ours, theirs)
+
+
+@pytest.mark.parametrize(
+    ("files", "flushed"),
+    [
+        ("ninth-and-tenth", "after-first-put"),
+        ("ninth-and-tenth", "after-last-put"),
+        ("last-two", "after-first-put"),
+    ],
+)
+def test_index_file_lost_to_a_same_millisecond_name_and_a_header_race(
+    referee: JavaHarness, tmp_path: Path, files: str, flushed: str
+) -> None:
+    """Issue 16: the same-millisecond loss of issue 15, with the full file's flush racing the
+    new file's puts, as RocketMQ 4.9.8 leaves it (1 of about 30 runs of
+    ``test_rocketmq_writes_rmqstore_reads[rmq4]`` lost keys of the last files' messages this
+    way). ``getAndCreateLastIndexFile`` flushes the full file in a new thread, which copies its
+    in-memory header over the new file's in the shared mapping; the new file's later puts
+    never write the begin offset again. The file then claims the lost file's messages (no gap
+    before it) while holding only the new file's entries. Built here deterministically: the
+    ninth and tenth files (or the last two, as in the failed run) are made one, with the
+    older's header landing after the newer's first put (begin offset and time stay the
+    older's) or after its last (the whole header is the older's). rmqstore's open sees that
+    the header does not describe the entries, indexes the lost messages again (in a file
+    between the two neighbours) without doubling what the file holds, and afterwards rmqstore
+    and RocketMQ both find every key, exactly once."""
+    store = tmp_path / "store"
+    described = mixed_messages(1, 200)
+    puts = referee.write(store, SMALL, described, tmp_path / "scratch")
+    index = store / "index"
+    names = sorted(p.name for p in index.iterdir())
+    assert len(names) >= 12
+    at = 8 if files == "ninth-and-tenth" else len(names) - 2
+    natural = tmp_path / "natural"
+    shutil.copytree(store, natural)
+    rmq_dump(natural, SMALL)
+    refilled = sorted({p.name for p in (natural / "index").iterdir()} - set(names))
+    assert names[at - 1] + "1" not in refilled
+    older, newer = (
+        parse_index_file(n, (index / n).read_bytes(), SMALL.hash_slots, SMALL.index_num)
+        for n in names[at : at + 2]
+    )
+    # The newer file starts after the older's messages: those are what the race loses.
+    assert older.header.begin_phy_offset < older.header.end_phy_offset
+    assert newer.header.begin_phy_offset >= older.header.end_phy_offset
+    header_race_index_file(
+        index / names[at],
+        index / names[at + 1],
+        SMALL.hash_slots,
+        SMALL.index_num,
+        1 if flushed == "after-first-put" else newer.header.index_count - 1,
+    )
+    raced = parse_index_file(
+        names[at], (index / names[at]).read_bytes(), SMALL.hash_slots, SMALL.index_num
+    )
+    # The header claims the older file's first message; the entries begin with the newer's.
+    assert raced.header.begin_phy_offset == older.header.begin_phy_offset
+    first, new_first = raced.entries[1], newer.entries[1]
+    assert first is not None
+    assert new_first is not None
+    assert first.phy_offset == new_first.phy_offset
+    damaged = tmp_path / "damaged"
+    shutil.copytree(store, damaged)
+    as_left = referee.read(damaged, SMALL)
+    assert as_left.queries != expected_queries(as_left)  # keys really are lost
+    ours = rmq_dump(store, SMALL)
+    check_matches_described(ours, described, puts, SMALL)
+    added = sorted({p.name for p in index.iterdir()} - set(names))
+    assert added == sorted([names[at - 1] + "1", *refilled])
     theirs = referee.read(store, SMALL)
     assert_same_dump(ours, theirs)
 

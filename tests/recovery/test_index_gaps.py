@@ -23,6 +23,7 @@ import pytest
 from rmqstore import Message, MessageStore
 from rmqwire import (
     SMALL_STORE,
+    header_race_index_file,
     index_dir,
     index_key_hash,
     index_keys,
@@ -147,6 +148,44 @@ def test_keys_of_a_file_lost_to_a_same_millisecond_name_are_found_again(
         assert added[0] == before[first - 1] + "1"
     assert {n: b for n, b in index_bytes(store_path).items() if n in before} == rocketmq_bytes
     # The index is whole: opening again changes nothing.
+    settled = index_bytes(store_path)
+    with MessageStore(store_path, **SMALL_STORE) as store:
+        assert lookups(store, want) == want
+    assert index_bytes(store_path) == settled
+
+
+@pytest.mark.parametrize("flushed", ["after-first-put", "after-last-put"])
+def test_keys_hidden_by_a_raced_header_are_found_again(store_path: Path, flushed: str) -> None:
+    """Issue 16: the same-millisecond overwrite as RocketMQ 4.9.8 leaves it, with the full
+    file's flush thread writing its header over the new file's in the shared mapping
+    (``rmqwire.header_race_index_file``): the file claims the lost file's messages, so no
+    range between it and the file before is uncovered. The open sees that the header does not
+    describe the entries, indexes the lost messages again and doubles nothing the file holds;
+    a second open writes nothing."""
+    write_keyed(store_path, 90)
+    want_entries = expected_entries(store_path)
+    before = names(store_path)
+    assert len(before) >= 8
+    newer = read_index_files(store_path, SLOTS, ENTRIES)[3]
+    header_race_index_file(
+        index_dir(store_path) / before[2],
+        index_dir(store_path) / before[3],
+        SLOTS,
+        ENTRIES,
+        1 if flushed == "after-first-put" else newer.header.index_count - 1,
+    )
+    before.pop(3)
+    assert entries_on_disk(store_path) != want_entries
+    rocketmq_bytes = index_bytes(store_path)
+    want = all_keys(store_path)
+
+    with MessageStore(store_path, **SMALL_STORE) as store:
+        assert lookups(store, want) == want
+    assert entries_on_disk(store_path) == want_entries
+    after = names(store_path)
+    assert sorted(set(after) - set(before)) == [before[1] + "1"]
+    assert after == sorted(after)
+    assert {n: b for n, b in index_bytes(store_path).items() if n in before} == rocketmq_bytes
     settled = index_bytes(store_path)
     with MessageStore(store_path, **SMALL_STORE) as store:
         assert lookups(store, want) == want

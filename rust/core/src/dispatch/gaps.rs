@@ -25,7 +25,9 @@ pub(crate) const GAP_SCAN_RECORDS: usize = 20_000;
 /// RocketMQ can leave such a gap: it names a new index file after the current millisecond and
 /// opens an existing file of that name, so when two files are made within one millisecond the
 /// second overwrites the first and the first's keys are lost, though the store was closed
-/// cleanly. Dispatch never sees them again (it resumes after the last indexed message).
+/// cleanly. Dispatch never sees them again (it resumes after the last indexed message). When
+/// RocketMQ 4.9.8's flush of the first file also wrote its header over the second's, the file
+/// claims the lost messages; such a file bounds no gap (see [`crate::index`]'s `IndexGap`).
 pub(crate) fn fill_index_gaps(commitlog: &CommitLog, index: &IndexService) -> Result<usize> {
     let min = commitlog.min_offset();
     let end = commitlog.confirm_offset();

@@ -667,6 +667,36 @@ impl IndexFile {
         self.begin_phy_offset.load(Ordering::Acquire)
     }
 
+    /// The commitlog offset entry `n` holds (`None` outside `1..indexCount` or the file).
+    pub(crate) fn entry_phy_offset(&self, n: i32) -> Option<i64> {
+        if n < 1 || n >= self.index_count() || n >= self.index_num {
+            return None;
+        }
+        self.get_i64(self.entry_word(n) + E_PHY_OFFSET, Ordering::Relaxed)
+    }
+
+    /// Whether the header's offset range is the one the entries hold: `putKey` sets the begin
+    /// offset with entry 1 and the end offset with every entry, so a file written by one
+    /// writer has entry 1 at the begin offset and entry `indexCount - 1` at the end offset.
+    /// A file without entries matches. Reads two entries, whatever the file's size.
+    ///
+    /// A file that does not match was written through two headers: see
+    /// [`super::gaps::IndexGap`] for how RocketMQ leaves one, and why its range is not trusted.
+    pub(crate) fn entries_match_header(&self) -> bool {
+        let count = self.index_count();
+        if count <= 1 {
+            return true;
+        }
+        self.entry_phy_offset(1) == Some(self.begin_phy_offset())
+            && self.entry_phy_offset(count - 1) == Some(self.end_phy_offset())
+    }
+
+    /// The largest commitlog offset the file names, in its header or its last entry.
+    pub(crate) fn max_named_offset(&self) -> i64 {
+        let last = self.entry_phy_offset(self.index_count() - 1);
+        self.end_phy_offset().max(last.unwrap_or(i64::MIN))
+    }
+
     /// How many entries of this file hold `key_hash` for the message at `phy_offset` (walking
     /// the hash's bucket chain as a query does, with the same bounds).
     pub(crate) fn count_entries(&self, key_hash: i32, phy_offset: i64) -> usize {
