@@ -109,6 +109,50 @@ def test_rocketmq_writes_rmqstore_reads(referee: JavaHarness, tmp_path: Path) ->
     assert_same_dump(ours, theirs)
 
 
+def _written_with_natural_refills(
+    referee: JavaHarness, tmp_path: Path
+) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]], list[str], list[str]]:
+    """RocketMQ writes the mixed messages with at least 12 index files; the store, the
+    messages, RocketMQ's put results, the index file names, and the files rmqstore's open adds
+    to an untouched copy. RocketMQ's write may itself lose a file (two files filled in one
+    millisecond, the bug the callers build by hand): what rmqstore adds for those is expected
+    too."""
+    store = tmp_path / "store"
+    described = mixed_messages(1, 200)
+    puts = referee.write(store, SMALL, described, tmp_path / "scratch")
+    names = sorted(p.name for p in (store / "index").iterdir())
+    assert len(names) >= 12
+    natural = tmp_path / "natural"
+    shutil.copytree(store, natural)
+    rmq_dump(natural, SMALL)
+    refilled = sorted({p.name for p in (natural / "index").iterdir()} - set(names))
+    return store, described, puts, names, refilled
+
+
+def _check_repaired(
+    referee: JavaHarness,
+    tmp_path: Path,
+    store: Path,
+    *,
+    described: list[dict[str, Any]],
+    puts: list[dict[str, Any]],
+    names: list[str],
+    expected_added: list[str],
+) -> None:
+    """The damaged index really loses keys for RocketMQ; rmqstore's open adds exactly the files
+    ``expected_added`` and finds every key once, and RocketMQ reading afterwards agrees."""
+    damaged = tmp_path / "damaged"
+    shutil.copytree(store, damaged)
+    as_left = referee.read(damaged, SMALL)
+    assert as_left.queries != expected_queries(as_left)  # keys really are lost
+    ours = rmq_dump(store, SMALL)
+    check_matches_described(ours, described, puts, SMALL)
+    added = sorted({p.name for p in (store / "index").iterdir()} - set(names))
+    assert added == sorted(expected_added)
+    theirs = referee.read(store, SMALL)
+    assert_same_dump(ours, theirs)
+
+
 def test_index_file_lost_to_a_same_millisecond_name(referee: JavaHarness, tmp_path: Path) -> None:
     """Issue 15 item 2: RocketMQ names a new index file after the current millisecond and opens
     an existing file of that name, so a file made in the millisecond of the one before
@@ -117,32 +161,21 @@ def test_index_file_lost_to_a_same_millisecond_name(referee: JavaHarness, tmp_pa
     index files are made one, as RocketMQ leaves them. RocketMQ itself then misses keys;
     rmqstore's open indexes them again (in a file between the two neighbours), and afterwards
     both find every key, exactly once."""
-    store = tmp_path / "store"
-    described = mixed_messages(1, 200)
-    puts = referee.write(store, SMALL, described, tmp_path / "scratch")
+    store, described, puts, names, refilled = _written_with_natural_refills(referee, tmp_path)
     index = store / "index"
-    names = sorted(p.name for p in index.iterdir())
-    assert len(names) >= 12
-    # RocketMQ's write may itself have lost a file this way (the bug under test, when two files
-    # fill in one millisecond): what rmqstore adds for those is found on an untouched copy.
-    natural = tmp_path / "natural"
-    shutil.copytree(store, natural)
-    rmq_dump(natural, SMALL)
-    refilled = sorted({p.name for p in (natural / "index").iterdir()} - set(names))
     assert names[7] + "1" not in refilled
     same_millisecond_index_file(
         index / names[8], index / names[9], SMALL.hash_slots, SMALL.index_num
     )
-    damaged = tmp_path / "damaged"
-    shutil.copytree(store, damaged)
-    as_left = referee.read(damaged, SMALL)
-    assert as_left.queries != expected_queries(as_left)  # keys really are lost
-    ours = rmq_dump(store, SMALL)
-    check_matches_described(ours, described, puts, SMALL)
-    added = sorted({p.name for p in index.iterdir()} - set(names))
-    assert added == sorted([names[7] + "1", *refilled])
-    theirs = referee.read(store, SMALL)
-    assert_same_dump(ours, theirs)
+    _check_repaired(
+        referee,
+        tmp_path,
+        store,
+        described=described,
+        puts=puts,
+        names=names,
+        expected_added=[names[7] + "1", *refilled],
+    )
 
 
 @pytest.mark.parametrize(
@@ -169,17 +202,9 @@ def test_index_file_lost_to_a_same_millisecond_name_and_a_header_race(
     the header does not describe the entries, indexes the lost messages again (in a file
     between the two neighbours) without doubling what the file holds, and afterwards rmqstore
     and RocketMQ both find every key, exactly once."""
-    store = tmp_path / "store"
-    described = mixed_messages(1, 200)
-    puts = referee.write(store, SMALL, described, tmp_path / "scratch")
+    store, described, puts, names, refilled = _written_with_natural_refills(referee, tmp_path)
     index = store / "index"
-    names = sorted(p.name for p in index.iterdir())
-    assert len(names) >= 12
     at = 8 if files == "ninth-and-tenth" else len(names) - 2
-    natural = tmp_path / "natural"
-    shutil.copytree(store, natural)
-    rmq_dump(natural, SMALL)
-    refilled = sorted({p.name for p in (natural / "index").iterdir()} - set(names))
     assert names[at - 1] + "1" not in refilled
     older, newer = (
         parse_index_file(n, (index / n).read_bytes(), SMALL.hash_slots, SMALL.index_num)
@@ -204,16 +229,15 @@ def test_index_file_lost_to_a_same_millisecond_name_and_a_header_race(
     assert first is not None
     assert new_first is not None
     assert first.phy_offset == new_first.phy_offset
-    damaged = tmp_path / "damaged"
-    shutil.copytree(store, damaged)
-    as_left = referee.read(damaged, SMALL)
-    assert as_left.queries != expected_queries(as_left)  # keys really are lost
-    ours = rmq_dump(store, SMALL)
-    check_matches_described(ours, described, puts, SMALL)
-    added = sorted({p.name for p in index.iterdir()} - set(names))
-    assert added == sorted([names[at - 1] + "1", *refilled])
-    theirs = referee.read(store, SMALL)
-    assert_same_dump(ours, theirs)
+    _check_repaired(
+        referee,
+        tmp_path,
+        store,
+        described=described,
+        puts=puts,
+        names=names,
+        expected_added=[names[at - 1] + "1", *refilled],
+    )
 
 
 def test_rmqstore_writes_rocketmq_reads(referee: JavaHarness, tmp_path: Path) -> None:
