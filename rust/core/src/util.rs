@@ -57,6 +57,16 @@ pub(crate) fn java_hash_extend_ascii(start: i32, s: &[u8]) -> i32 {
 /// is [`StoreError::Corrupted`] naming it, found before a byte is read or written (a link
 /// would send the store's writes to a file outside the store).
 pub(crate) fn open_store_file(path: &Path, opts: &mut OpenOptions, what: &str) -> Result<File> {
+    open_store_file_len(path, opts, what).map(|(file, _)| file)
+}
+
+/// [`open_store_file`], with the file's length from the same `fstat` that checked its type
+/// (callers that check a size need not ask again).
+pub(crate) fn open_store_file_len(
+    path: &Path,
+    opts: &mut OpenOptions,
+    what: &str,
+) -> Result<(File, u64)> {
     let file = opts
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
@@ -73,7 +83,7 @@ pub(crate) fn open_store_file(path: &Path, opts: &mut OpenOptions, what: &str) -
     if !meta.file_type().is_file() {
         return Err(not_a_regular_file(path, what));
     }
-    Ok(file)
+    Ok((file, meta.len()))
 }
 
 fn not_a_regular_file(path: &Path, what: &str) -> StoreError {

@@ -57,7 +57,7 @@ impl StoreCheckpoint {
     /// refused, naming it. (RocketMQ 4.x writes only the first three longs; the other two then
     /// read as 0.)
     pub(crate) fn open(path: &Path) -> Result<StoreCheckpoint> {
-        let file = crate::util::open_store_file(
+        let (file, len) = crate::util::open_store_file_len(
             path,
             OpenOptions::new()
                 .read(true)
@@ -66,10 +66,6 @@ impl StoreCheckpoint {
                 .truncate(false),
             "checkpoint file",
         )?;
-        let len = file
-            .metadata()
-            .map_err(|e| StoreError::io("cannot stat", path, e))?
-            .len();
         Self::check_len(path, len)?;
         let mut buf = [0u8; CHECKPOINT_FIELDS_LEN];
         if len != 0 {

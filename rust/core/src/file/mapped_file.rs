@@ -96,15 +96,11 @@ impl MappedFile {
         file_from_offset: i64,
         file_size: i64,
     ) -> Result<MappedFile> {
-        let file = crate::util::open_store_file(
+        let (file, len) = crate::util::open_store_file_len(
             path,
             OpenOptions::new().read(true).write(true),
             "segment",
         )?;
-        let len = file
-            .metadata()
-            .map_err(|e| StoreError::io("cannot stat segment", path, e))?
-            .len();
         if len != file_size as u64 {
             return Err(StoreError::corrupted(
                 path,
@@ -123,11 +119,8 @@ impl MappedFile {
         file_from_offset: i64,
         file_size: i64,
     ) -> Result<Option<MappedFile>> {
-        let file = crate::util::open_store_file(path, OpenOptions::new().read(true), "segment")?;
-        let len = file
-            .metadata()
-            .map_err(|e| StoreError::io("cannot stat segment", path, e))?
-            .len();
+        let (file, len) =
+            crate::util::open_store_file_len(path, OpenOptions::new().read(true), "segment")?;
         if len != file_size as u64 {
             return Ok(None);
         }

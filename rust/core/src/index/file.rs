@@ -157,15 +157,11 @@ impl IndexFile {
     /// A file of the wrong size is [`StoreError::Corrupted`].
     pub(crate) fn load(path: &Path, hash_slot_num: i32, index_num: i32) -> Result<IndexFile> {
         let size = index_file_size(hash_slot_num, index_num)?;
-        let file = crate::util::open_store_file(
+        let (file, len) = crate::util::open_store_file_len(
             path,
             OpenOptions::new().read(true).write(true),
             "index file",
         )?;
-        let len = file
-            .metadata()
-            .map_err(|e| StoreError::io("cannot stat index file", path, e))?
-            .len();
         if len != size as u64 {
             return Err(StoreError::corrupted(
                 path,
