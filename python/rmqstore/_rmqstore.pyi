@@ -23,6 +23,7 @@ __all__ = [
     "Store",
     "__version__",
     "check_settings",
+    "closest_setting",
     "settings",
 ]
 
@@ -47,6 +48,9 @@ class _Setting(TypedDict):
 
 def settings() -> list[_Setting]:
     """The core's settings table: every store setting, in field order."""
+
+def closest_setting(name: str) -> str | None:
+    """The setting RocketMQ calls ``name``, else the one spelled most like it, or None."""
 
 def check_settings(settings: dict[str, Any]) -> None:
     """Builds and validates the core's config of ``settings`` as opening a store does."""

@@ -12,13 +12,13 @@ default, RocketMQ name) to it.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import ipaddress
 import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from ._rmqstore import closest_setting as _closest_setting
 from ._rmqstore import settings as _core_settings
 from .enums import FlushDiskType
 from .errors import StoreConfigError, UnknownSettingError
@@ -43,7 +43,6 @@ _I32_MAX = 2**31 - 1
 # The core's settings table, in field order.
 _SETTINGS: list[_Setting] = _core_settings()
 # RocketMQ's camelCase names of the settings, to their snake_case names.
-_FROM_ROCKETMQ = {s["rocketmq_name"]: s["name"] for s in _SETTINGS if s["rocketmq_name"]}
 
 
 def _bad(setting: str, problem: str) -> StoreConfigError:
@@ -123,15 +122,14 @@ def _checked(spec: _Setting, value: object) -> object:
     return value
 
 
-def _did_you_mean(unknown: list[str], known: list[str]) -> str:
+def _did_you_mean(unknown: list[str]) -> str:
     """``"; did you mean <setting>?"`` for the unknown names that resemble a setting (the one
-    RocketMQ calls that, else the closest spelling), or ``""``."""
+    RocketMQ calls that, else the closest spelling, as the core suggests it), or ``""``."""
     guesses = []
     for name in unknown:
         if name in _NOT_YET:
             continue
-        close = difflib.get_close_matches(name, known, n=1)
-        guess = _FROM_ROCKETMQ.get(name) or (close[0] if close else None)
+        guess = _closest_setting(name)
         if guess is not None:
             guesses.append((name, guess))
     if not guesses:
@@ -277,7 +275,7 @@ def _check_names(settings: dict[str, Any]) -> None:
     names = [f.name for f in dataclasses.fields(StoreConfig)]
     unknown = sorted(set(settings) - set(names))
     if unknown:
-        hint = _did_you_mean(unknown, names)
+        hint = _did_you_mean(unknown)
         hint += "".join(f" ({_NOT_YET[n]})" for n in unknown if n in _NOT_YET)
         raise UnknownSettingError(
             f"unknown store setting(s): {', '.join(unknown)}{hint}", unknown[0]

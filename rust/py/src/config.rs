@@ -136,6 +136,13 @@ pub fn settings(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     Ok(out)
 }
 
+/// The setting RocketMQ calls `name`, else the one spelled most like it, if any is close: the
+/// core's suggestion for an unknown setting, so that Python's errors suggest the same one.
+#[pyfunction]
+pub fn closest_setting(name: &str) -> Option<&'static str> {
+    config::closest_setting(name)
+}
+
 /// Builds the core `StoreConfig` of a dict of settings and validates it, as opening a store
 /// does: raises what opening would raise for these settings, and nothing else.
 #[pyfunction]

@@ -14,7 +14,7 @@ mod _rmqstore {
     #[pymodule_export]
     use crate::buffer::ColumnBuffer;
     #[pymodule_export]
-    use crate::config::{check_settings, settings};
+    use crate::config::{check_settings, closest_setting, settings};
     #[pymodule_export]
     use crate::message::{GetMessageResult, Message, MessageExt, PutMessageResult};
     #[pymodule_export]
