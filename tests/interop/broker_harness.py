@@ -124,6 +124,20 @@ class BrokerRun:
         return [x for x in self.lines if x.get("kind") == kind]
 
 
+def rocketmq_log_tails(home: Path, since: float, lines: int = 40) -> str:
+    """The last ``lines`` of each RocketMQ log (client, remoting, broker, ...) written under
+    ``home`` since ``since``: a failed run's own account of what its clients and broker did
+    (a closed connection, a timed-out request), kept in the failure message because the
+    folder holding them is gone once later runs rotate the test folders."""
+    out = []
+    for log in sorted((home / "logs").rglob("*.log")) if (home / "logs").is_dir() else []:
+        if log.stat().st_mtime < since:
+            continue
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        out.append(f"--- {log.relative_to(home)} (last {len(tail)} lines)\n" + "\n".join(tail))
+    return "\n".join(out) or f"(no RocketMQ log under {home}/logs written by this run)"
+
+
 @dataclasses.dataclass
 class BrokerHarness:
     java: str
@@ -160,6 +174,7 @@ class BrokerHarness:
             jsonl = store.parent / f"produce-{time.monotonic_ns()}.jsonl"
             jsonl.write_text("".join(json.dumps(d) + "\n" for d in produce))
             args.append(str(jsonl))
+        started = time.time()
         proc = subprocess.Popen(
             self.command(ports, sizes, *args),
             stdout=subprocess.PIPE,
@@ -188,7 +203,9 @@ class BrokerHarness:
                 if pipe is not None:
                     pipe.close()
         err = "".join(stderr)
-        assert rc == 0, f"broker harness exited {rc}\nstderr: {err[-6000:]}"
+        if rc != 0:
+            logs = rocketmq_log_tails(self.home, started)
+            raise AssertionError(f"broker harness exited {rc}\nstderr: {err[-6000:]}\n{logs}")
         assert lines[0]["kind"] == "started", lines[:3]
         assert lines[-1] == {"kind": "stopped"}, lines[-3:]
         return BrokerRun(lines=lines, listening=listening, stderr=err)
