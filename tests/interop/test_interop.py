@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,22 +111,34 @@ def test_rocketmq_writes_rmqstore_reads(referee: JavaHarness, tmp_path: Path) ->
 
 
 def _written_with_natural_refills(
-    referee: JavaHarness, tmp_path: Path
+    referee: JavaHarness, tmp_path: Path, untouched: Callable[[list[str]], int] | None = None
 ) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]], list[str], list[str]]:
     """RocketMQ writes the mixed messages with at least 12 index files; the store, the
     messages, RocketMQ's put results, the index file names, and the files rmqstore's open adds
     to an untouched copy. RocketMQ's write may itself lose a file (two files filled in one
     millisecond, the bug the callers build by hand): what rmqstore adds for those is expected
-    too."""
-    store = tmp_path / "store"
-    described = mixed_messages(1, 200)
-    puts = referee.write(store, SMALL, described, tmp_path / "scratch")
-    names = sorted(p.name for p in (store / "index").iterdir())
-    assert len(names) >= 12
-    natural = tmp_path / "natural"
-    shutil.copytree(store, natural)
-    rmq_dump(natural, SMALL)
-    refilled = sorted({p.name for p in (natural / "index").iterdir()} - set(names))
+    too. With ``untouched`` (the names -> the position ``at`` of the pair a caller damages),
+    a natural loss next to that pair would merge with the damage, and the gap files then
+    depend on both: such a write is made again (up to five times) so that the pair's
+    neighbourhood, from ``names[at - 1]`` to ``names[at + 1]``, has no natural loss."""
+    for attempt in range(5):
+        base = tmp_path / f"write{attempt}"
+        store = base / "store"
+        described = mixed_messages(1, 200)
+        puts = referee.write(store, SMALL, described, base / "scratch")
+        names = sorted(p.name for p in (store / "index").iterdir())
+        assert len(names) >= 12
+        natural = base / "natural"
+        shutil.copytree(store, natural)
+        rmq_dump(natural, SMALL)
+        refilled = sorted({p.name for p in (natural / "index").iterdir()} - set(names))
+        if untouched is None:
+            break
+        at = untouched(names)
+        if not any(names[at - 1] < r < names[at + 1] for r in refilled):
+            break
+    else:
+        raise AssertionError(f"five writes all lost an index file next to the pair: {refilled}")
     return store, described, puts, names, refilled
 
 
@@ -161,7 +174,9 @@ def test_index_file_lost_to_a_same_millisecond_name(referee: JavaHarness, tmp_pa
     index files are made one, as RocketMQ leaves them. RocketMQ itself then misses keys;
     rmqstore's open indexes them again (in a file between the two neighbours), and afterwards
     both find every key, exactly once."""
-    store, described, puts, names, refilled = _written_with_natural_refills(referee, tmp_path)
+    store, described, puts, names, refilled = _written_with_natural_refills(
+        referee, tmp_path, lambda names: 8
+    )
     index = store / "index"
     assert names[7] + "1" not in refilled
     same_millisecond_index_file(
@@ -202,9 +217,13 @@ def test_index_file_lost_to_a_same_millisecond_name_and_a_header_race(
     the header does not describe the entries, indexes the lost messages again (in a file
     between the two neighbours) without doubling what the file holds, and afterwards rmqstore
     and RocketMQ both find every key, exactly once."""
-    store, described, puts, names, refilled = _written_with_natural_refills(referee, tmp_path)
+
+    def pair(names: list[str]) -> int:
+        return 8 if files == "ninth-and-tenth" else len(names) - 2
+
+    store, described, puts, names, refilled = _written_with_natural_refills(referee, tmp_path, pair)
     index = store / "index"
-    at = 8 if files == "ninth-and-tenth" else len(names) - 2
+    at = pair(names)
     assert names[at - 1] + "1" not in refilled
     older, newer = (
         parse_index_file(n, (index / n).read_bytes(), SMALL.hash_slots, SMALL.index_num)
