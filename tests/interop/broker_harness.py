@@ -171,9 +171,43 @@ class BrokerHarness:
         The sockets are read from /proc as soon as it reports it started."""
         args = ["serve", str(store), ",".join(topics)]
         if produce is not None:
-            jsonl = store.parent / f"produce-{time.monotonic_ns()}.jsonl"
-            jsonl.write_text("".join(json.dumps(d) + "\n" for d in produce))
-            args.append(str(jsonl))
+            args.append(str(self._jsonl(store, produce)))
+        run = self.run(ports, sizes, *args)
+        assert run.lines[-1] == {"kind": "stopped"}, run.lines[-3:]
+        return run
+
+    @staticmethod
+    def _jsonl(store: Path, messages: list[dict[str, Any]]) -> Path:
+        jsonl = store.parent / f"produce-{time.monotonic_ns()}.jsonl"
+        jsonl.write_text("".join(json.dumps(d) + "\n" for d in messages))
+        return jsonl
+
+    def send(
+        self,
+        store: Path,
+        ports: tuple[int, int, int],
+        sizes: BrokerSizes,
+        messages: list[dict[str, Any]],
+        *options: str,
+    ) -> BrokerRun:
+        """``send``: a producer sends ``messages`` (delayLevel, delayMs, delaySec, deliverTimeMs
+        through the client's setters) to a broker on ``store``, which then shuts down."""
+        return self.run(ports, sizes, *options, "send", str(store), str(self._jsonl(store, messages)))
+
+    def await_delivery(
+        self,
+        store: Path,
+        ports: tuple[int, int, int],
+        sizes: BrokerSizes,
+        expect: int,
+        *options: str,
+    ) -> BrokerRun:
+        """``await-delivery``: a broker on ``store`` until ``expect`` messages arrived in real
+        queues (its ScheduleMessageService and TimerMessageStore delivering)."""
+        return self.run(ports, sizes, *options, "await-delivery", str(store), str(expect))
+
+    def run(self, ports: tuple[int, int, int], sizes: BrokerSizes, *args: str) -> BrokerRun:
+        """One harness command that starts the broker; its lines (fails on a non-zero exit)."""
         started = time.time()
         proc = subprocess.Popen(
             self.command(ports, sizes, *args),
@@ -207,7 +241,7 @@ class BrokerHarness:
             logs = rocketmq_log_tails(self.home, started)
             raise AssertionError(f"broker harness exited {rc}\nstderr: {err[-6000:]}\n{logs}")
         assert lines[0]["kind"] == "started", lines[:3]
-        assert lines[-1] == {"kind": "stopped"}, lines[-3:]
+        assert {"kind": "stopped"} in lines, lines[-3:]
         return BrokerRun(lines=lines, listening=listening, stderr=err)
 
     def load_offsets(self, dirs: list[Path]) -> list[dict[str, Any]]:

@@ -400,6 +400,39 @@ class JavaHarness:
     def read(self, path: Path, sizes: Sizes) -> Dump:
         return parse_java_dump(self.run(sizes, "read", str(path)))
 
+    def deliver(self, path: Path, sizes: Sizes, *options: str, timeout: float = 120) -> Delivery:
+        """4.9.x: ``deliver`` (RocketMQ's ScheduleMessageService on the store until every level's
+        progress is at its queue's end, or ``--deliver-count N``); what it delivered."""
+        return Delivery.parse(self.run(sizes, *options, "deliver", str(path), timeout=timeout))
+
+    def timer_deliver(
+        self, path: Path, sizes: Sizes, expect: int, *options: str, timeout: float = 120
+    ) -> Delivery:
+        """5.x: ``timer-deliver`` (RocketMQ's TimerMessageStore on the store's timerwheel,
+        timerlog and timercheck until ``expect`` messages arrived in real queues)."""
+        out = self.run(
+            sizes, *options, "--expect", str(expect), "timer-deliver", str(path), timeout=timeout
+        )
+        return Delivery.parse(out)
+
+
+@dataclasses.dataclass
+class Delivery:
+    """What a harness's delivery command printed: the messages that arrived in real queues
+    (in the shared field names, by topic, queue and offset) and its other lines by kind."""
+
+    delivered: list[dict[str, Any]]
+    lines: list[dict[str, Any]]
+
+    @classmethod
+    def parse(cls, out: str) -> Delivery:
+        lines = [json.loads(x) for x in out.splitlines()]
+        delivered = [_java_message(x) for x in lines if x["kind"] == "delivered"]
+        return cls(delivered=delivered, lines=[x for x in lines if x["kind"] != "delivered"])
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [x for x in self.lines if x["kind"] == kind]
+
 
 # -- checks --------------------------------------------------------------------------------
 

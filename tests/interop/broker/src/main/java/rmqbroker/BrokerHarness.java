@@ -60,10 +60,14 @@ import rmqshared.Json;
  *   load-offsets DIR...
  *       RocketMQ's own ConfigManager.load of DIR/consumerOffset.json (with its .bak fallback),
  *       one line per DIR: what ConsumerOffsetManager holds afterwards
+ *   send STORE MESSAGES.jsonl, await-delivery STORE N
+ *       scheduled messages (delay levels, timer messages) through the broker: see
+ *       {@link ScheduledSends}
  * </pre>
  *
  * Options: --namesrv-port P, --broker-port P (the broker also listens on P-2), --ha-port P,
- * --commitlog-size B, --cq-size B, --hash-slots N, --index-num N, --timeout-s S (the JVM halts
+ * --commitlog-size B, --cq-size B, --hash-slots N, --index-num N, --delay-levels "1s 2s",
+ * --timer-precision-ms MS, --timeout-s S (the JVM halts
  * after S seconds whatever it is doing; default 240). Every listening socket is bound to
  * 127.0.0.1 (the name server's and both broker remoting servers' bindAddress, and the HA socket
  * through {@link LoopbackHAService}); the broker registers 127.0.0.1 as its address. Every output
@@ -74,10 +78,10 @@ public final class BrokerHarness {
     static final String CLUSTER = "RmqInteropCluster";
     static final String BROKER = "rmq-interop-broker";
 
-    private final Args args;
+    final Args args;
     private NamesrvController namesrv;
-    private BrokerController broker;
-    private DefaultMQAdminExt admin;
+    BrokerController broker;
+    DefaultMQAdminExt admin;
     private DefaultLitePullConsumer consumer;
     private DefaultMQProducer producer;
 
@@ -107,12 +111,17 @@ public final class BrokerHarness {
 
     private int run(List<String> rest) throws Exception {
         if (rest.isEmpty()) {
-            System.err.println("usage: BrokerHarness [options] serve STORE TOPICS [MESSAGES.jsonl] | load-offsets DIR...");
+            System.err.println("usage: BrokerHarness [options] serve STORE TOPICS [MESSAGES.jsonl] | load-offsets DIR..."
+                + " | send STORE MESSAGES.jsonl | await-delivery STORE N");
             return 2;
         }
         switch (rest.get(0)) {
             case "serve":
                 return serve(rest.get(1), rest.get(2), rest.size() > 3 ? Paths.get(rest.get(3)) : null);
+            case "send":
+                return new ScheduledSends(this).send(rest.get(1), Paths.get(rest.get(2)));
+            case "await-delivery":
+                return new ScheduledSends(this).awaitDelivery(rest.get(1), Long.parseLong(rest.get(2)));
             case "load-offsets":
                 for (String dir : rest.subList(1, rest.size())) {
                     loadOffsets(dir);
@@ -135,6 +144,16 @@ public final class BrokerHarness {
     }
 
     private void start(String root) throws Exception {
+        init(root);
+        startBroker();
+    }
+
+    /**
+     * The name server started and the broker initialized on the store (loaded, recovered: its
+     * queues can be read) but not started. --delay-levels sets messageDelayLevel and
+     * --timer-precision-ms timerPrecisionMs.
+     */
+    void init(String root) throws Exception {
         Path home = Paths.get(System.getProperty("user.home"));
         NamesrvConfig nsConfig = new NamesrvConfig();
         nsConfig.setRocketmqHome(home.toString());
@@ -165,10 +184,19 @@ public final class BrokerHarness {
         HarnessSupport.configureStore(store, root, args);
         store.setFlushDiskType(FlushDiskType.ASYNC_FLUSH);
         store.setHaListenPort((int) args.opt("ha-port", 10912));
+        String levels = args.opt("delay-levels", null);
+        if (levels != null) {
+            store.setMessageDelayLevel(levels);
+        }
+        store.setTimerWheelEnable(true);
+        store.setTimerPrecisionMs((int) args.opt("timer-precision-ms", 1000));
         broker = new BrokerController(bc, server, new NettyClientConfig(), store);
         if (!broker.initialize()) {
             throw new IllegalStateException("BrokerController.initialize() returned false for " + root);
         }
+    }
+
+    void startBroker() throws Exception {
         broker.start();
         Map<String, Object> o = new LinkedHashMap<>();
         o.put("kind", "started");
@@ -179,7 +207,7 @@ public final class BrokerHarness {
         print(o);
     }
 
-    private void stopAll() {
+    void stopAll() {
         for (Runnable r : new Runnable[] {
             () -> { if (consumer != null) consumer.shutdown(); },
             () -> { if (producer != null) producer.shutdown(); },
@@ -378,7 +406,7 @@ public final class BrokerHarness {
     // -- produce -------------------------------------------------------------------------
 
     @SuppressWarnings("unchecked")
-    private void produce(Path messages) throws Exception {
+    void produce(Path messages) throws Exception {
         List<Map<String, Object>> described = Json.readObjects(messages);
         // Topics the broker does not know yet are created with enough queues.
         Map<String, Integer> needed = new TreeMap<>();
@@ -491,6 +519,20 @@ public final class BrokerHarness {
         Object flag = d.get("flag");
         if (flag != null) {
             m.setFlag(((Long) flag).intValue());
+        }
+        // Scheduled messages, through the client's own setters (properties DELAY,
+        // TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS).
+        if (d.get("delayLevel") != null) {
+            m.setDelayTimeLevel(((Long) d.get("delayLevel")).intValue());
+        }
+        if (d.get("delayMs") != null) {
+            m.setDelayTimeMs((Long) d.get("delayMs"));
+        }
+        if (d.get("delaySec") != null) {
+            m.setDelayTimeSec((Long) d.get("delaySec"));
+        }
+        if (d.get("deliverTimeMs") != null) {
+            m.setDeliverTimeMs((Long) d.get("deliverTimeMs"));
         }
         return m;
     }

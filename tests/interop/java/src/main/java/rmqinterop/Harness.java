@@ -45,6 +45,8 @@ import rmqshared.Json;
  *   write-forever STORE           put numbered messages until killed (prints each put result)
  *   read   STORE                  load + start an existing store, dump it as JSON lines
  *   bench  STORE N SIZE           time N puts of SIZE-byte bodies, print messages/s
+ *   deliver STORE, bench-deliver STORE N          4.9.x delay levels ({@link ScheduleCommands})
+ *   timer-deliver STORE, bench-timer-enqueue STORE N   5.x timer messages (TimerCommands)
  * </pre>
  *
  * Options: --commitlog-size B, --cq-size B, --hash-slots N, --index-num N, --store-host IP:PORT,
@@ -55,10 +57,10 @@ import rmqshared.Json;
  * MessageExtBrokerInner, 5.x-only settings) go through reflection.
  */
 public final class Harness {
-    private final Args args;
-    private final String root;
-    private DefaultMessageStore store;
-    private InetSocketAddress storeHost;
+    final Args args;
+    final String root;
+    DefaultMessageStore store;
+    InetSocketAddress storeHost;
 
     private Harness(Args args, String root) {
         this.args = args;
@@ -68,7 +70,8 @@ public final class Harness {
     public static void main(String[] argv) throws Exception {
         Args args = Args.parse(argv);
         if (args.rest.size() < 2) {
-            System.err.println("usage: Harness [options] write|write-forever|read|bench STORE ...");
+            System.err.println("usage: Harness [options] write|write-forever|read|bench|deliver|bench-deliver"
+                + "|timer-deliver|bench-timer-enqueue STORE ...");
             System.exit(2);
         }
         Harness h = new Harness(args, args.rest.get(1));
@@ -90,11 +93,34 @@ public final class Harness {
             case "bench":
                 rc = bench(Integer.parseInt(rest.get(2)), Integer.parseInt(rest.get(3)));
                 break;
+            case "deliver":
+                rc = new ScheduleCommands(this).deliver();
+                break;
+            case "bench-deliver":
+                rc = new ScheduleCommands(this).benchDeliver(Integer.parseInt(rest.get(2)));
+                break;
+            case "timer-deliver":
+            case "bench-timer-enqueue":
+                rc = timerCommand(rest);
+                break;
             default:
                 System.err.println("unknown command " + rest.get(0));
                 rc = 2;
         }
         return rc;
+    }
+
+    /** TimerCommands is 5.x only (the rmq4 profile does not compile it). */
+    private int timerCommand(List<String> rest) throws Exception {
+        Class<?> c;
+        try {
+            c = Class.forName("rmqinterop.TimerCommands");
+        } catch (ClassNotFoundException e) {
+            System.err.println(rest.get(0) + ": this RocketMQ has no TimerMessageStore");
+            return 2;
+        }
+        Object t = c.getDeclaredConstructor(Harness.class).newInstance(this);
+        return (Integer) c.getDeclaredMethod("run", List.class).invoke(t, rest);
     }
 
     static InetSocketAddress parseHost(String hostPort) throws Exception {
@@ -107,10 +133,25 @@ public final class Harness {
     }
 
     private void open() throws Exception {
-        MessageStoreConfig cfg = new MessageStoreConfig();
+        load(new MessageStoreConfig());
+        store.start();
+        if (args.opt("no-deliver", 0) != 0) {
+            ScheduleCommands.stopScheduleService(store);
+        }
+    }
+
+    /**
+     * A store on the folder with the options' settings (--delay-levels sets messageDelayLevel),
+     * loaded (RocketMQ's recovery) but not started.
+     */
+    void load(MessageStoreConfig cfg) throws Exception {
         HarnessSupport.configureStore(cfg, root, args);
         cfg.setFlushDiskType(FlushDiskType.valueOf(args.opt("flush", "ASYNC_FLUSH")));
         cfg.setHaListenPort(0); // no fixed HA port
+        String levels = args.opt("delay-levels", null);
+        if (levels != null) {
+            cfg.setMessageDelayLevel(levels);
+        }
         storeHost = parseHost(args.opt("store-host", "127.0.0.1:10911"));
         BrokerConfig broker = new BrokerConfig();
         BrokerStatsManager stats = new BrokerStatsManager(broker.getBrokerClusterName(), true);
@@ -118,7 +159,6 @@ public final class Harness {
         if (!store.load()) {
             throw new IllegalStateException("DefaultMessageStore.load() returned false for " + root);
         }
-        store.start();
     }
 
     /** 5.x: (config, stats, listener, brokerConfig, topicConfigTable); 4.9.x: the first four. */
@@ -164,7 +204,7 @@ public final class Harness {
     }
 
     /** A MessageExtBrokerInner with every field the store needs, put with putMessage. */
-    private PutMessageResult putInner(String topic, int queueId, int flag, byte[] body, Map<String, String> props,
+    PutMessageResult putInner(String topic, int queueId, int flag, byte[] body, Map<String, String> props,
         long born, InetSocketAddress bornHost) throws Exception {
         MessageExt m = (MessageExt) INNER.getConstructor().newInstance();
         m.setTopic(topic);
@@ -183,7 +223,7 @@ public final class Harness {
         return (PutMessageResult) PUT_MESSAGE.invoke(store, m);
     }
 
-    private void close() {
+    void close() {
         store.shutdown();
         Map<String, Object> o = new LinkedHashMap<>();
         o.put("kind", "closed");
@@ -276,6 +316,10 @@ public final class Harness {
         open();
         int failed = 0;
         for (Map<String, Object> d : Json.readObjects(messages)) {
+            if (d.containsKey("pauseMs")) { // a pause between puts (store times apart)
+                Thread.sleep((Long) d.get("pauseMs"));
+                continue;
+            }
             PutMessageResult r = putDescribed(d);
             if (!r.isOk()) {
                 failed++;
@@ -324,7 +368,7 @@ public final class Harness {
         return o;
     }
 
-    private static MessageExt decode(ByteBuffer buf) {
+    static MessageExt decode(ByteBuffer buf) {
         MessageExt m = MessageDecoder.decode(buf, true, false, false);
         if (m == null) {
             throw new IllegalStateException("MessageDecoder.decode failed");
