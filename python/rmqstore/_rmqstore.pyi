@@ -58,7 +58,14 @@ def check_settings(settings: dict[str, Any]) -> None:
 
 @final
 class Message:
-    """A message to put. Immutable once built."""
+    """A message to put. Immutable once built.
+
+    At most one of ``delay_level`` (property ``DELAY``: one of the store's
+    ``message_delay_level`` levels, 1-based; 0 means not delayed), ``deliver_time_ms``
+    (``TIMER_DELIVER_MS``, epoch ms), ``delay_ms`` (``TIMER_DELAY_MS``) and ``delay_sec``
+    (``TIMER_DELAY_SEC``) schedules the message, as RocketMQ's client setters do; a value that
+    is not an int, is negative or too large raises.
+    """
 
     def __new__(
         cls,
@@ -72,6 +79,10 @@ class Message:
         queue_id: int = 0,
         born_timestamp: int | None = None,
         born_host: str | None = None,
+        delay_level: int | None = None,
+        deliver_time_ms: int | None = None,
+        delay_ms: int | None = None,
+        delay_sec: int | None = None,
     ) -> Message: ...
     @property
     def topic(self) -> str: ...
@@ -91,6 +102,14 @@ class Message:
     def born_timestamp(self) -> int: ...
     @property
     def born_host(self) -> str | None: ...
+    @property
+    def delay_level(self) -> int | None: ...
+    @property
+    def deliver_time_ms(self) -> int | None: ...
+    @property
+    def delay_ms(self) -> int | None: ...
+    @property
+    def delay_sec(self) -> int | None: ...
 
 @final
 class MessageExt:

@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString};
 use rmqstore_core::format::{self as codec, property, HostAddr, PutMessageStatus};
 use rmqstore_core::now_millis;
 use rmqstore_core::read::{GetMessageResult as CoreGetMessageResult, GetMessageStatus};
@@ -136,7 +136,105 @@ fn split_keys(v: Option<&str>) -> Vec<&str> {
     .unwrap_or_default()
 }
 
+const TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
+const TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
+const TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
+
+/// The scheduling keyword arguments of `Message`, the property each one sets (as RocketMQ's
+/// client `Message.setDelayTimeLevel`, `setDeliverTimeMs`, `setDelayTimeMs` and
+/// `setDelayTimeSec` do: the value in decimal) and the largest value each takes. `DELAY` is
+/// read by the broker with `Integer.parseInt`, the timer properties with `Long.parseLong`; a
+/// delay in seconds is multiplied by 1000, so it stays below `Long.MAX_VALUE / 1000`.
+const SCHEDULE_ARGS: [(&str, &str, i64); 4] = [
+    ("delay_level", property::DELAY, i32::MAX as i64),
+    ("deliver_time_ms", TIMER_DELIVER_MS, i64::MAX),
+    ("delay_ms", TIMER_DELAY_MS, i64::MAX),
+    ("delay_sec", TIMER_DELAY_SEC, i64::MAX / 1000),
+];
+
+/// One scheduling argument: an int (not a bool; any object with `__index__`) in `0..=max`.
+fn schedule_int(obj: &Bound<'_, PyAny>, name: &str, max: i64) -> PyResult<i64> {
+    let py = obj.py();
+    if obj.is_instance_of::<PyBool>() {
+        return Err(args::type_error(name, "an int", obj));
+    }
+    let value = if obj.is_instance_of::<PyInt>() {
+        obj.clone()
+    } else {
+        obj.call_method0("__index__")
+            .map_err(|_| args::type_error(name, "an int", obj))?
+    };
+    let negative = value.lt(0)?;
+    if negative || value.gt(max)? {
+        // str() of an int of more than 4300 digits raises: name its size instead.
+        let bits: u64 = value.call_method0("bit_length")?.extract()?;
+        let got = if bits <= 128 {
+            value.str()?.to_string()
+        } else {
+            let sign = if negative { "-" } else { "" };
+            format!(
+                "{sign}an integer of about {} digits",
+                bits * 30103 / 100_000 + 1
+            )
+        };
+        let message = format!("{name} must be between 0 and {max}, got {got}");
+        return Err(if negative {
+            crate::errors::error_of_class(py, "InvalidArgumentError", message)
+        } else {
+            crate::errors::error_of_class(py, "ArgumentOverflowError", message)
+        });
+    }
+    value.extract::<i64>()
+}
+
+/// The property of the one scheduling argument given (delay level or timer), checked; None
+/// when none is. Two of them, or one beside any scheduling property in `properties`, are an
+/// `InvalidArgumentError`: RocketMQ would silently let one win (`DELAY` over the timer
+/// properties, then `TIMER_DELAY_SEC` over `TIMER_DELAY_MS` over `TIMER_DELIVER_MS`).
+fn schedule_property(
+    given: [Option<&Bound<'_, PyAny>>; 4],
+    properties: &[(String, String)],
+) -> PyResult<Option<(String, String)>> {
+    let mut out: Option<(&str, &str, i64)> = None;
+    for (&(name, prop, max), obj) in SCHEDULE_ARGS.iter().zip(given) {
+        let Some(obj) = obj.filter(|o| !o.is_none()) else {
+            continue;
+        };
+        let value = schedule_int(obj, name, max)?;
+        if let Some((first, _, _)) = out {
+            return Err(args::invalid(
+                obj.py(),
+                name,
+                format!(
+                    "give one of delay_level, deliver_time_ms, delay_ms and delay_sec, not \
+                     {first} and {name}"
+                ),
+            ));
+        }
+        if let Some((k, _)) = properties
+            .iter()
+            .find(|(k, _)| SCHEDULE_ARGS.iter().any(|&(_, p, _)| p == k))
+        {
+            return Err(args::invalid(
+                obj.py(),
+                "properties",
+                format!(
+                    "{k} is a scheduling property and {name} is given as an argument: set \
+                     the message's schedule one way only"
+                ),
+            ));
+        }
+        out = Some((name, prop, value));
+    }
+    Ok(out.map(|(_, prop, value)| (prop.to_owned(), value.to_string())))
+}
+
 /// A message to put. Immutable once built.
+///
+/// At most one of `delay_level` (property `DELAY`: one of the store's `message_delay_level`
+/// levels, 1-based; 0 means not delayed), `deliver_time_ms` (`TIMER_DELIVER_MS`, epoch ms),
+/// `delay_ms` (`TIMER_DELAY_MS`) and `delay_sec` (`TIMER_DELAY_SEC`) schedules the message, as
+/// RocketMQ's client setters do; a value that is not an int, is negative or too large raises.
 #[pyclass(frozen, module = "rmqstore._rmqstore")]
 pub struct Message {
     pub inner: codec::Message,
@@ -145,7 +243,7 @@ pub struct Message {
 #[pymethods]
 impl Message {
     #[new]
-    #[pyo3(signature = (topic, body, *, tags=None, keys=None, properties=None, flag=0, queue_id=0, born_timestamp=None, born_host=None))]
+    #[pyo3(signature = (topic, body, *, tags=None, keys=None, properties=None, flag=0, queue_id=0, born_timestamp=None, born_host=None, delay_level=None, deliver_time_ms=None, delay_ms=None, delay_sec=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
@@ -157,10 +255,19 @@ impl Message {
         #[pyo3(from_py_with = args::queue_id)] queue_id: i32,
         #[pyo3(from_py_with = args::born_timestamp)] born_timestamp: Option<i64>,
         #[pyo3(from_py_with = args::born_host)] born_host: Option<PyBackedStr>,
+        delay_level: Option<&Bound<'_, PyAny>>,
+        deliver_time_ms: Option<&Bound<'_, PyAny>>,
+        delay_ms: Option<&Bound<'_, PyAny>>,
+        delay_sec: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let body = extract_bytes(body, "body")?;
         let keys = keys_value(keys)?;
-        let properties = build_properties(tags.as_deref(), keys, properties)?;
+        let mut properties = build_properties(tags.as_deref(), keys, properties)?;
+        let schedule = schedule_property(
+            [delay_level, deliver_time_ms, delay_ms, delay_sec],
+            &properties,
+        )?;
+        properties.extend(schedule);
         let born_host = born_host
             .as_deref()
             .map(|h| parse_host(h, "born_host"))
@@ -216,6 +323,27 @@ impl Message {
     #[getter]
     fn born_host(&self) -> Option<String> {
         self.inner.born_host.map(|h| h.to_string())
+    }
+    /// The delay level the `DELAY` property holds (None when absent or not a decimal int).
+    #[getter]
+    fn delay_level(&self) -> Option<i32> {
+        self.inner.property(property::DELAY)?.parse().ok()
+    }
+    /// `TIMER_DELIVER_MS`: the epoch millisecond to deliver at (None when absent or not a
+    /// decimal long).
+    #[getter]
+    fn deliver_time_ms(&self) -> Option<i64> {
+        self.inner.property(TIMER_DELIVER_MS)?.parse().ok()
+    }
+    /// `TIMER_DELAY_MS`: the delay in milliseconds after the store time.
+    #[getter]
+    fn delay_ms(&self) -> Option<i64> {
+        self.inner.property(TIMER_DELAY_MS)?.parse().ok()
+    }
+    /// `TIMER_DELAY_SEC`: the delay in seconds after the store time.
+    #[getter]
+    fn delay_sec(&self) -> Option<i64> {
+        self.inner.property(TIMER_DELAY_SEC)?.parse().ok()
     }
 
     fn __repr__(&self) -> String {
