@@ -192,7 +192,9 @@ class BrokerHarness:
     ) -> BrokerRun:
         """``send``: a producer sends ``messages`` (delayLevel, delayMs, delaySec, deliverTimeMs
         through the client's setters) to a broker on ``store``, which then shuts down."""
-        return self.run(ports, sizes, *options, "send", str(store), str(self._jsonl(store, messages)))
+        return self.run(
+            ports, sizes, *options, "send", str(store), str(self._jsonl(store, messages))
+        )
 
     def await_delivery(
         self,
