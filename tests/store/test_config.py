@@ -60,6 +60,14 @@ def test_defaults_are_rocketmqs() -> None:
         "flush_interval_consume_queue": 1000,
         "flush_consume_queue_least_pages": 2,
         "flush_consume_queue_thorough_interval": 60000,
+        "timer_wheel_enable": True,
+        "timer_precision_ms": 1000,
+        "timer_max_delay_sec": 259200,
+        "timer_roll_window_slot": 172800,
+        "mapped_file_size_timer_log": 104857600,
+        "timer_flush_interval_ms": 1000,
+        "timer_congest_num_each_slot": 2147483647,
+        "append_topic_for_timer_delete_key": False,
     }
 
 
