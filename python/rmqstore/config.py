@@ -257,6 +257,29 @@ class StoreConfig:
     #: ``flushDelayOffsetInterval``: ms between saves of the delay levels' progress
     #: (``config/delayOffset.json``).
     flush_delay_offset_interval: int = 10000
+    #: ``timerWheelEnable``: timer messages (``TIMER_DELAY_SEC``, ``TIMER_DELAY_MS``,
+    #: ``TIMER_DELIVER_MS``) are accepted and delivered when due; off, such a put answers
+    #: WHEEL_TIMER_NOT_ENABLE and the timer files are not opened.
+    timer_wheel_enable: bool = True
+    #: ``timerPrecisionMs``: ms per timer wheel slot, 100, 200, 500 or 1000; deliver times are
+    #: rounded down to it. A store is reopened (and read by RocketMQ) with the precision its
+    #: wheel was written with.
+    timer_precision_ms: int = 1000
+    #: ``timerMaxDelaySec``: longest timer delay (3 days); longer answers WHEEL_TIMER_MSG_ILLEGAL.
+    timer_max_delay_sec: int = 3 * 24 * 3600
+    #: ``timerRollWindowSlot``: slots ahead beyond which a timer message waits in a slot at most
+    #: this far ahead and is then put back to the timer topic (``TIMER_ROLL_TIMES``).
+    timer_roll_window_slot: int = 2 * 24 * 3600
+    #: ``mappedFileSizeTimerLog``: bytes per ``timerlog/`` segment (100 MiB).
+    mapped_file_size_timer_log: int = 100 * _MiB
+    #: ``timerFlushIntervalMs``: ms between forces of the timer log, wheel and ``timercheck``.
+    timer_flush_interval_ms: int = 1000
+    #: ``timerCongestNumEachSlot``: messages per wheel slot above which timer puts are refused
+    #: at random (always at twice as many) with WHEEL_TIMER_FLOW_CONTROL.
+    timer_congest_num_each_slot: int = _I32_MAX
+    #: ``appendTopicForTimerDeleteKey``: delete markers name their message as
+    #: ``topic+uniqKey`` instead of ``uniqKey``.
+    append_topic_for_timer_delete_key: bool = False
 
     def __post_init__(self) -> None:
         # Each setting as the core's table says (in table order), then the rules that tie
@@ -267,6 +290,11 @@ class StoreConfig:
             checked = _checked(spec, value)
             if checked is not value:
                 object.__setattr__(self, name, checked)
+        if self.timer_precision_ms not in (100, 200, 500, 1000):
+            raise _bad(
+                "timer_precision_ms",
+                f"must be 100, 200, 500 or 1000, got {self.timer_precision_ms}",
+            )
         index_bytes = 40 + self.max_hash_slot_num * 4 + self.max_index_num * 20
         if index_bytes > _I32_MAX:
             raise _bad(

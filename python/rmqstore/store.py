@@ -26,6 +26,7 @@ from ._services import (
     ServiceThread,
     TopicConfigService,
 )
+from ._timer import timer_services
 from .config import StoreConfig
 from .enums import FlushDiskType, StoreState
 from .errors import (
@@ -201,6 +202,7 @@ class MessageStore:
         if self._topic_config is not None:
             self._topic_config.sync()
             services.append(self._topic_config)
+        services.extend(timer_services(self._core, cfg))
         for service in services:
             service.start()
             self._services.append(service)
@@ -556,6 +558,28 @@ class MessageStore:
         :class:`~rmqstore.errors.InvalidArgumentError`.
         """
         return self._core.look_message_by_offset(offset)
+
+    # -- timer messages --------------------------------------------------------------------
+
+    def cancel_timer(
+        self, topic: str, uniq_key: str, deliver_time_ms: int | None = None
+    ) -> PutMessageResult:
+        """Cancels the pending timer message of ``topic`` whose ``UNIQ_KEY`` is ``uniq_key``, as
+        RocketMQ's recall does: a delete marker (``TIMER_DEL_UNIQKEY``) for the message's slot.
+
+        ``deliver_time_ms`` is the recall handle's time (the message's ``TIMER_OUT_MS`` + 1);
+        without it the message is looked up by key in ``rmq_sys_wheel_timer`` (the index must
+        be on). The result's status is WHEEL_TIMER_MSG_ILLEGAL once that time has passed (the
+        message is delivered or about to be), WHEEL_TIMER_NOT_ENABLE with the timer off.
+        """
+        return self._core.cancel_timer(topic, uniq_key, deliver_time_ms)
+
+    def timer_stats(self) -> dict[str, int]:
+        """The timer engine's state: ``enqueue_offset`` / ``queue_max_offset`` (the
+        ``rmq_sys_wheel_timer`` queue), ``read_time_ms`` (next slot to deliver), ``write_time_ms``,
+        ``pending`` (messages in the wheel from the read time on), ``timer_log_end``, and totals
+        since open: ``enqueued``, ``delivered``, ``rolled``, ``deleted``, ``dropped``."""
+        return self._core.timer_stats()
 
     def get_max_phy_offset(self) -> int:
         """End of the last record in the commitlog."""

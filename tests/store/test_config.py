@@ -62,6 +62,14 @@ def test_defaults_are_rocketmqs() -> None:
         "flush_consume_queue_thorough_interval": 60000,
         "message_delay_level": "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
         "flush_delay_offset_interval": 10000,
+        "timer_wheel_enable": True,
+        "timer_precision_ms": 1000,
+        "timer_max_delay_sec": 259200,
+        "timer_roll_window_slot": 172800,
+        "mapped_file_size_timer_log": 104857600,
+        "timer_flush_interval_ms": 1000,
+        "timer_congest_num_each_slot": 2147483647,
+        "append_topic_for_timer_delete_key": False,
     }
 
 

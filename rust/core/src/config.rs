@@ -442,7 +442,46 @@ settings! {
         "messageDelayLevel", SettingKind::DelayLevels;
     /// Ms between saves of the delay levels' progress (`config/delayOffset.json`).
     flush_delay_offset_interval: i64 = 10_000, "flushDelayOffsetInterval", int(1, I32_MAX);
+    /// Timer messages (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS) are accepted.
+    ///
+    /// Off, such a put answers WHEEL_TIMER_NOT_ENABLE and no timer file is opened.
+    timer_wheel_enable: bool = true, "timerWheelEnable", Bool;
+    /// Ms per timer wheel slot: 100, 200, 500 or 1000.
+    ///
+    /// Deliver times are rounded down to it; a store must be reopened (and read by RocketMQ)
+    /// with the precision its wheel was written with.
+    timer_precision_ms: i32 = 1000, "timerPrecisionMs", int(100, 1000);
+    /// Longest timer delay in seconds (3 days); longer ones answer WHEEL_TIMER_MSG_ILLEGAL.
+    timer_max_delay_sec: i32 = 3600 * 24 * 3, "timerMaxDelaySec", int(1, I32_MAX);
+    /// Slots ahead beyond which a timer message is rolled (2 days at 1000 ms precision).
+    ///
+    /// Such a message waits in a slot at most this far ahead and is then put back to the timer
+    /// topic (TIMER_ROLL_TIMES), up to 604,740 slots.
+    timer_roll_window_slot: i32 = 3600 * 24 * 2, "timerRollWindowSlot",
+        int(2, TIMER_MAX_ROLL_WINDOW_SLOT);
+    /// Bytes per timer log segment (100 MiB).
+    mapped_file_size_timer_log: i32 = 100 * 1024 * 1024, "mappedFileSizeTimerLog",
+        int(TIMER_MIN_LOG_FILE_SIZE, I32_MAX);
+    /// Ms between timer checkpoint flushes (the Python timer flush service).
+    timer_flush_interval_ms: i32 = 1000, "timerFlushIntervalMs", int(1, I32_MAX);
+    /// Messages per wheel slot above which timer puts are refused at random, all at twice this.
+    ///
+    /// Refused puts answer WHEEL_TIMER_FLOW_CONTROL.
+    timer_congest_num_each_slot: i32 = i32::MAX, "timerCongestNumEachSlot", int(1, I32_MAX);
+    /// Timer delete markers name their message as `topic+uniqKey` instead of `uniqKey`.
+    append_topic_for_timer_delete_key: bool = false, "appendTopicForTimerDeleteKey", Bool;
 }
+
+/// Largest `timer_roll_window_slot` (`slotsTotal - TIMER_BLANK_SLOTS`).
+const TIMER_MAX_ROLL_WINDOW_SLOT: i64 =
+    crate::format::timer::SLOTS_TOTAL - crate::format::timer::TIMER_BLANK_SLOTS;
+
+/// Smallest timer log segment: one unit and the filler.
+const TIMER_MIN_LOG_FILE_SIZE: i64 =
+    crate::format::timer::UNIT_SIZE + crate::format::timer::MIN_BLANK_LEN;
+
+/// The timer precisions RocketMQ knows (`setTimerPrecisionMs` snaps any other value down to one).
+pub const TIMER_PRECISIONS_MS: [i32; 4] = [100, 200, 500, 1000];
 
 /// The descriptor of setting `name`.
 pub fn setting(name: &str) -> Option<&'static Setting> {
@@ -513,6 +552,15 @@ impl StoreConfig {
             if let Some(value) = self.get(setting.name) {
                 setting.check(&value)?;
             }
+        }
+        if !TIMER_PRECISIONS_MS.contains(&self.timer_precision_ms) {
+            return Err(StoreError::config(
+                "timer_precision_ms",
+                format!(
+                    "must be 100, 200, 500 or 1000, got {}",
+                    self.timer_precision_ms
+                ),
+            ));
         }
         let index_bytes =
             40 + i64::from(self.max_hash_slot_num) * 4 + i64::from(self.max_index_num) * 20;

@@ -4,7 +4,8 @@
 //! This crate has no Python in it; `rmqstore-py` binds it. Everything on disk is fixed-width
 //! big-endian, as RocketMQ's Java `ByteBuffer`s write it.
 
-// The layers, lowest first: format, file, wait, commitlog, queue, index, schedule, dispatch, read, store
+// The layers, lowest first: format, file, wait, commitlog, queue, index, schedule, dispatch, read,
+// store, timer (the timer engine runs on the store facade; the store's open attaches it)
 // (docs/architecture.md#layers; each uses only the ones before it). `format`, `read` and `config` are
 // public namespaces (and `schedule`, the delay levels): the record codec, the read path's result types and the settings table are
 // part of the API the binding and tools use. The other layers are the crate's own; what callers
@@ -18,6 +19,7 @@ pub(crate) mod queue;
 pub mod read;
 pub mod schedule;
 pub(crate) mod store;
+pub(crate) mod timer;
 pub(crate) mod wait;
 
 pub mod config;
@@ -34,5 +36,6 @@ pub use error::{Result, StoreError};
 pub use file::allocate::ServiceStep;
 pub use file::mapped_file::MappedFile;
 pub use format::{HostAddr, Message, MessageExt, PutMessageStatus};
-pub use store::{MessageStore, PutBatch, PutMessageHook, StoreState};
+pub use store::{MessageStore, PutBatch, PutMessageHook, StoreState, RECALL_MESSAGE_TAG};
+pub use timer::{TimerDequeueStep, TimerEnqueueStep, TimerStats, TIMER_TOPIC};
 pub use util::now_millis;

@@ -730,6 +730,85 @@ impl Store {
         self.run(py, |s| Ok(s.schedule_levels()))
     }
 
+    // -- timer messages ---------------------------------------------------------------------
+
+    /// Whether the timer engine runs (a writable store with `timer_wheel_enable`).
+    fn timer_enabled(&self) -> bool {
+        self.inner.timer_enabled()
+    }
+
+    /// One enqueue round of the timer (at most `max_msgs` timer queue messages).
+    fn timer_enqueue<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: i64,
+        #[pyo3(from_py_with = args::max_msgs)] max_msgs: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.run(py, |s| s.timer_enqueue(now_ms, max_msgs))?;
+        let d = PyDict::new(py);
+        d.set_item("messages", s.messages)?;
+        d.set_item("logged", s.logged)?;
+        d.set_item("delivered", s.delivered)?;
+        d.set_item("behind", s.behind)?;
+        d.set_item("stalled", s.stalled)?;
+        Ok(d)
+    }
+
+    /// One dequeue round of the timer: the slots due at `now_ms`, at most `max_msgs` messages.
+    fn timer_dequeue<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: i64,
+        #[pyo3(from_py_with = args::max_msgs)] max_msgs: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.run(py, |s| s.timer_dequeue(now_ms, max_msgs))?;
+        let d = PyDict::new(py);
+        d.set_item("slots", s.slots)?;
+        d.set_item("delivered", s.delivered)?;
+        d.set_item("rolled", s.rolled)?;
+        d.set_item("deleted", s.deleted)?;
+        d.set_item("read_time_ms", s.read_time_ms)?;
+        d.set_item("partial", s.partial)?;
+        Ok(d)
+    }
+
+    fn timer_flush(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, |s| s.timer_flush())
+    }
+
+    fn timer_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.run(py, |s| s.timer_stats())?;
+        let d = PyDict::new(py);
+        d.set_item("enqueue_offset", s.enqueue_offset)?;
+        d.set_item("queue_max_offset", s.queue_max_offset)?;
+        d.set_item("read_time_ms", s.read_time_ms)?;
+        d.set_item("write_time_ms", s.write_time_ms)?;
+        d.set_item("pending", s.pending)?;
+        d.set_item("timer_log_end", s.timer_log_end)?;
+        d.set_item("enqueued", s.enqueued)?;
+        d.set_item("delivered", s.delivered)?;
+        d.set_item("rolled", s.rolled)?;
+        d.set_item("deleted", s.deleted)?;
+        d.set_item("dropped", s.dropped)?;
+        Ok(d)
+    }
+
+    /// Puts the delete marker that cancels a pending timer message (RocketMQ's recall).
+    #[pyo3(signature = (topic, uniq_key, deliver_time_ms=None))]
+    fn cancel_timer(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::topic)] topic: PyBackedStr,
+        #[pyo3(from_py_with = args::uniq_key)] uniq_key: PyBackedStr,
+        #[pyo3(from_py_with = args::deliver_time_ms)] deliver_time_ms: Option<i64>,
+    ) -> PyResult<PutMessageResult> {
+        let r = self.run(py, |s| s.cancel_timer(&topic, &uniq_key, deliver_time_ms))?;
+        Ok(PutMessageResult {
+            inner: r,
+            store_host: self.inner.config().store_host,
+        })
+    }
+
     /// Checks an address string the way the store parses `store_host` / `born_host`.
     #[staticmethod]
     fn check_host(host: &str) -> PyResult<String> {

@@ -11,6 +11,8 @@
 //! - `cq_unit`: the 20-byte consume queue unit.
 //! - `checkpoint`: the fields of the `checkpoint` file.
 //! - `index`: the index file layout (header, slots, entries), key hashes and file names.
+//! - [`timer`]: the timer message files (`timerwheel` slots, `timerlog/` units and filler,
+//!   `config/timercheck`).
 //! - `bytes`: big-endian field reads.
 //!
 //! The rest of the crate takes these through the re-exports below (`crate::format::...`).
@@ -26,6 +28,7 @@ mod message;
 mod properties;
 mod record;
 pub mod sysflag;
+pub mod timer;
 
 pub(crate) use bytes::{be_i32, be_i64};
 pub(crate) use checkpoint::{CheckpointFields, CHECKPOINT_FIELDS_LEN, CHECKPOINT_FILE_SIZE};

@@ -9,6 +9,7 @@
 //!   flushes, dispatch), called by Python's service threads;
 //! - `hooks.rs`: put hooks, which may rewrite or refuse a message before it is appended;
 //! - `state.rs`: the lifecycle state machine;
+//! - `timer.rs`: timer messages (the engine's rounds, cancellation);
 //! - here: the store's parts while open, the put path, flush, truncation and close.
 
 mod hooks;
@@ -17,10 +18,12 @@ mod queries;
 mod schedule;
 mod services;
 mod state;
+mod timer;
 
 pub use hooks::{PutBatch, PutMessageHook};
 pub(crate) use state::StateMachine;
 pub use state::StoreState;
+pub use timer::RECALL_MESSAGE_TAG;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -145,6 +148,8 @@ pub struct MessageStore {
     put_hooks: Vec<Box<dyn PutMessageHook>>,
     /// The delay levels and each level's delivery progress.
     schedule: schedule::ScheduleProgress,
+    /// The timer message engine (a writable store with `timer_wheel_enable`).
+    timer: Option<Arc<crate::timer::TimerEngine>>,
 }
 
 /// Dispatch chunk used while opening (catch-up before the store is handed out).
@@ -354,6 +359,12 @@ impl MessageStore {
             return Ok(());
         }
         let mut guard = self.state.write().unwrap_or_else(|p| p.into_inner());
+        // The timer's checkpoint first (RocketMQ stops its timer store before the message
+        // store): what it says was delivered or enqueued is then in the files below.
+        let timer_flushed = match (&self.timer, guard.is_some()) {
+            (Some(timer), true) => timer.flush(),
+            _ => Ok(()),
+        };
         let Some(open) = guard.take() else {
             return Ok(());
         };
@@ -404,6 +415,7 @@ impl MessageStore {
         self.allocator.release_pool();
         let _ = self.machine.transit(StoreState::ShutdownOk);
         flushed.map(|_| ())?;
+        timer_flushed?;
         dispatched?;
         cq_flushed?;
         index_flushed?;

@@ -102,6 +102,9 @@ impl MessageStore {
             None
         };
         machine.transit(StoreState::LoadIndexOk)?;
+        if config.timer_wheel_enable {
+            crate::timer::check_files(root)?;
+        }
         before_changes()?;
         // Everything was found as expected: from here on, opening may change files.
         let checkpoint = StoreCheckpoint::open(&root.join("checkpoint"))?;
@@ -211,9 +214,11 @@ impl MessageStore {
             open.commitlog.max_offset(),
             open.cqs.all().len()
         );
-        Ok(MessageStore::assemble(
+        let mut store = MessageStore::assemble(
             root, machine, config, allocator, signal, open, recovery, false,
-        ))
+        );
+        store.attach_timer(root)?;
+        Ok(store)
     }
 
     /// The commitlog of `dir` with its allocator (which makes no segment for a read-only
@@ -279,6 +284,7 @@ impl MessageStore {
                 vec![Box::new(DelayLevelHook::new(levels.clone()))]
             },
             schedule: super::schedule::ScheduleProgress::new(levels),
+            timer: None,
         }
     }
 

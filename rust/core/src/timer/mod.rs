@@ -1,0 +1,593 @@
+//! Timer messages (RocketMQ 5.x `TimerMessageStore`, docs/format.md#timer-files): a message
+//! put with a deliver time goes to queue 0 of `rmq_sys_wheel_timer` ([`hook`]); the engine
+//! here moves it into the time wheel and delivers it to its real topic and queue once due.
+//!
+//! - enqueue round ([`TimerEngine::enqueue`]): reads the timer queue from where it stopped,
+//!   appends a 52-byte unit per message to the timer log and links it into the chain of its
+//!   slot in the wheel (`doEnqueue`); a message due already is delivered at once, one beyond the
+//!   roll window goes into a slot at most the window ahead marked to roll back into the timer
+//!   topic, and a delete marker (`TIMER_DEL_UNIQKEY`) goes into its target's slot.
+//! - dequeue round ([`TimerEngine::dequeue`]): from the read time up to the write time, walks
+//!   each slot's chain backwards, drops messages a delete marker of the slot names, and puts
+//!   the others to their real topic (`convert`/`convertMessage`), or back into the timer topic
+//!   for rolled ones; the read time moves once a slot is delivered whole.
+//! - flush ([`TimerEngine::flush`]): the checkpoint's positions, then the timer log, the wheel
+//!   and `config/timercheck` forced in that order (`TimerFlushService`).
+//! - recovery at open ([`TimerEngine::open`]): `TimerMessageStore.recover` (re-link the wheel from
+//!   the timer log after the last flushed position, cut the log at its first bad unit, resume the
+//!   timer queue at the checkpoint), so that a crash loses nothing due; what was delivered or
+//!   enqueued after the last checkpoint may be delivered again.
+//!
+//! Files: `hook.rs` (the put hook), `wheel.rs`, `log.rs` and `checkpoint.rs` (the three
+//! files), `recover.rs` (recovery), `deliver.rs` (the put of a due message), `props.rs`
+//! (property names and edits); here the engine, its rounds, flush and stats.
+//!
+//! Each round is one call on the caller's thread (Python's service threads pace them). The
+//! wheel lock serialises appends with the moves of the write time and with the reads of a
+//! slot's chain; everything else (reading messages, putting them) runs outside it.
+
+mod checkpoint;
+mod deliver;
+pub(crate) mod hook;
+mod log;
+pub(crate) mod props;
+mod recover;
+mod wheel;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::config::StoreConfig;
+use crate::error::{Result, StoreError};
+use crate::format::timer::{
+    is_delete, is_roll, TimerCheckFields, TimerLogUnit, MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL,
+    SLOTS_TOTAL, TIMER_BLANK_SLOTS, UNIT_SIZE,
+};
+use crate::format::{property, MessageExt};
+use crate::store::MessageStore;
+
+use checkpoint::TimerCheckpoint;
+use log::TimerLog;
+pub(crate) use wheel::TimerWheel;
+
+/// `TimerMessageStore.TIMER_TOPIC`.
+pub const TIMER_TOPIC: &str = "rmq_sys_wheel_timer";
+
+/// The settings the timer reads (from [`StoreConfig`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TimerSettings {
+    pub enable: bool,
+    pub precision_ms: i32,
+    pub max_delay_sec: i32,
+    pub roll_window_slot: i32,
+    pub congest_num_each_slot: i32,
+    pub append_topic_for_delete_key: bool,
+}
+
+impl TimerSettings {
+    pub(crate) fn from_config(c: &StoreConfig) -> TimerSettings {
+        TimerSettings {
+            enable: c.timer_wheel_enable,
+            precision_ms: c.timer_precision_ms,
+            max_delay_sec: c.timer_max_delay_sec,
+            roll_window_slot: c.timer_roll_window_slot,
+            congest_num_each_slot: c.timer_congest_num_each_slot,
+            append_topic_for_delete_key: c.append_topic_for_timer_delete_key,
+        }
+    }
+}
+
+/// What one enqueue round did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimerEnqueueStep {
+    /// Timer queue messages taken (logged, delivered at once or skipped).
+    pub messages: u64,
+    /// Units appended to the timer log.
+    pub logged: u64,
+    /// Messages due already, put to their real topic at once.
+    pub delivered: u64,
+    /// Timer queue messages still behind after the round.
+    pub behind: i64,
+    /// A put was refused for now (the round stopped at that message; the next one retries).
+    pub stalled: bool,
+}
+
+/// What one dequeue round did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimerDequeueStep {
+    /// Slots passed (delivered whole or empty).
+    pub slots: u64,
+    /// Messages put to their real topic.
+    pub delivered: u64,
+    /// Messages put back to the timer topic (rolled).
+    pub rolled: u64,
+    /// Messages a delete marker dropped.
+    pub deleted: u64,
+    /// The slot time the next round starts at.
+    pub read_time_ms: i64,
+    /// The round stopped inside a slot (budget spent or a put refused for now).
+    pub partial: bool,
+}
+
+/// The timer engine's state (`store.timer_stats()`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimerStats {
+    /// Next timer queue offset to enqueue.
+    pub enqueue_offset: i64,
+    /// The timer queue's end.
+    pub queue_max_offset: i64,
+    /// Next slot time to deliver.
+    pub read_time_ms: i64,
+    /// Slot times below this are due (the write time).
+    pub write_time_ms: i64,
+    /// Messages counted in the wheel from the read time on (`getAllCongestNum`).
+    pub pending: i64,
+    /// End of the timer log.
+    pub timer_log_end: i64,
+    /// Totals since open.
+    pub enqueued: u64,
+    pub delivered: u64,
+    pub rolled: u64,
+    pub deleted: u64,
+    /// Messages that could not be delivered and never will (no real topic, refused as illegal).
+    pub dropped: u64,
+}
+
+/// How a message put went.
+enum Put {
+    Done,
+    /// Will never succeed (RocketMQ's `PUT_NO_RETRY`).
+    Dropped,
+    /// Refused for now; try again later.
+    Retry,
+}
+
+#[derive(Default)]
+struct Counters {
+    enqueued: AtomicU64,
+    delivered: AtomicU64,
+    rolled: AtomicU64,
+    deleted: AtomicU64,
+    dropped: AtomicU64,
+}
+
+struct DequeueState {
+    read_time_ms: i64,
+    /// The slot being delivered and how many of its messages are done.
+    progress: Option<(i64, usize)>,
+}
+
+struct FlushState {
+    last_commit_read_time_ms: i64,
+    last_commit_queue_offset: i64,
+    fields: TimerCheckFields,
+}
+
+/// A slot's units, read under the wheel lock.
+struct SlotUnits {
+    /// Messages and rolled units, in append order.
+    normal: Vec<TimerLogUnit>,
+    /// Delete markers (not rolled).
+    delete: Vec<TimerLogUnit>,
+}
+
+/// Blank slots one dequeue round passes at most (a whole turn of the ring: a store that was
+/// closed for days catches up in one round).
+const BLANK_SLOTS_PER_ROUND: u64 = 2 * SLOTS_TOTAL as u64;
+
+/// The timer engine of an open store.
+pub(crate) struct TimerEngine {
+    settings: TimerSettings,
+    precision_ms: i64,
+    roll_window_slots: i64,
+    wheel: Arc<TimerWheel>,
+    log: TimerLog,
+    checkpoint: TimerCheckpoint,
+    /// Serialises timer log appends and slot updates, moves of the write time and reads of a
+    /// slot's chain.
+    wheel_lock: Mutex<()>,
+    /// Next timer queue offset to enqueue; its lock makes one enqueue round run at a time.
+    enqueue: Mutex<i64>,
+    dequeue: Mutex<DequeueState>,
+    flush: Mutex<FlushState>,
+    curr_write_time_ms: AtomicI64,
+    /// The read time the checkpoint records: moved past delivered slots only, so an idle store
+    /// does not rewrite `timercheck` as time passes (blank slots behind it hold nothing to
+    /// deliver again after a restart; recovery walks them in one round).
+    commit_read_time_ms: AtomicI64,
+    /// The read time itself (for stats).
+    curr_read_time_ms: AtomicI64,
+    commit_queue_offset: AtomicI64,
+    counters: Counters,
+}
+
+/// Checks the timer files of `root` before anything changes (`timerwheel`'s length,
+/// `timerlog/` a folder, `config/timercheck`'s size).
+pub(crate) fn check_files(root: &Path) -> Result<()> {
+    TimerWheel::check(&root.join("timerwheel"))?;
+    crate::util::check_dir_or_absent(&root.join("timerlog"), "timerlog")?;
+    TimerCheckpoint::check(&root.join("config").join("timercheck"))
+}
+
+impl TimerEngine {
+    /// Opens the timer files of `root` and recovers them against `store`'s timer queue
+    /// (`TimerMessageStore.load` and `recover`).
+    pub(crate) fn open(
+        store: &MessageStore,
+        root: &Path,
+        config: &StoreConfig,
+    ) -> Result<TimerEngine> {
+        let settings = TimerSettings::from_config(config);
+        let precision_ms = i64::from(settings.precision_ms);
+        let wheel = Arc::new(TimerWheel::open(&root.join("timerwheel"), precision_ms)?);
+        let log = TimerLog::load(
+            &root.join("timerlog"),
+            i64::from(config.mapped_file_size_timer_log),
+        )?;
+        log.queue().remove_empty_leftover()?;
+        let checkpoint = TimerCheckpoint::open(&root.join("config").join("timercheck"))?;
+        let mut fields = checkpoint.fields();
+        if fields == TimerCheckFields::default() {
+            // A new checkpoint's data version carries its creation time, as RocketMQ's.
+            fields.timestamp = crate::util::now_millis();
+        }
+        let engine = TimerEngine {
+            settings,
+            precision_ms,
+            roll_window_slots: i64::from(settings.roll_window_slot)
+                .clamp(2, SLOTS_TOTAL - TIMER_BLANK_SLOTS),
+            wheel,
+            log,
+            checkpoint,
+            wheel_lock: Mutex::new(()),
+            enqueue: Mutex::new(0),
+            dequeue: Mutex::new(DequeueState {
+                read_time_ms: 0,
+                progress: None,
+            }),
+            flush: Mutex::new(FlushState {
+                last_commit_read_time_ms: fields.last_read_time_ms,
+                last_commit_queue_offset: fields.master_timer_queue_offset,
+                fields,
+            }),
+            curr_write_time_ms: AtomicI64::new(0),
+            commit_read_time_ms: AtomicI64::new(0),
+            curr_read_time_ms: AtomicI64::new(0),
+            commit_queue_offset: AtomicI64::new(0),
+            counters: Counters::default(),
+        };
+        // SAFETY: the engine is not shared yet: nothing reads or appends to its timer log.
+        unsafe { engine.recover(store, fields) }?;
+        Ok(engine)
+    }
+
+    pub(crate) fn wheel(&self) -> &Arc<TimerWheel> {
+        &self.wheel
+    }
+
+    pub(crate) fn settings(&self) -> TimerSettings {
+        self.settings
+    }
+
+    fn format_time(&self, ms: i64) -> i64 {
+        ms / self.precision_ms * self.precision_ms
+    }
+
+    fn lock_wheel(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.wheel_lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `maybeMoveWriteTime`, under the wheel lock.
+    fn move_write_time(&self, now_ms: i64) {
+        let _g = self.lock_wheel();
+        self.curr_write_time_ms
+            .fetch_max(self.format_time(now_ms), Ordering::AcqRel);
+    }
+
+    /// The enqueue round (`enqueue(0)` and `TimerEnqueuePutService`): at most `max_msgs`
+    /// messages of the timer queue, at time `now_ms`.
+    pub(crate) fn enqueue(
+        &self,
+        store: &MessageStore,
+        now_ms: i64,
+        max_msgs: usize,
+    ) -> Result<TimerEnqueueStep> {
+        let mut offset = self.enqueue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut step = TimerEnqueueStep::default();
+        self.move_write_time(now_ms);
+        let min = store.min_offset_in_queue(TIMER_TOPIC, 0)?;
+        if *offset < min {
+            ::log::warn!(
+                target: "rmqstore.timer",
+                "timer queue offset {} is below the queue's minimum {min}",
+                *offset
+            );
+            *offset = min;
+        }
+        let units = store.timer_queue_units(*offset, max_msgs)?;
+        for u in units {
+            let msg = match store.timer_message_at(u.phy_offset, u.size) {
+                Ok(Some(m)) => Some(m),
+                Ok(None) => None,
+                Err(StoreError::CorruptRecord { .. }) => None,
+                Err(e) => return Err(e),
+            };
+            let delayed = msg.as_ref().and_then(|m| {
+                m.property(props::TIMER_OUT_MS)
+                    .and_then(|v| v.parse::<i64>().ok())
+            });
+            match (&msg, delayed) {
+                (Some(m), Some(delayed)) => {
+                    let direct = {
+                        let _g = self.lock_wheel();
+                        let cw = self.curr_write_time_ms.load(Ordering::Acquire);
+                        if delayed < cw {
+                            true
+                        } else {
+                            self.do_enqueue(u.phy_offset, u.size, delayed, m, cw)?;
+                            step.logged += 1;
+                            false
+                        }
+                    };
+                    if direct {
+                        match self.deliver(store, m, i64::MAX, false)? {
+                            Put::Done => step.delivered += 1,
+                            Put::Dropped => {}
+                            Put::Retry => {
+                                step.stalled = true;
+                                break;
+                            }
+                        }
+                    }
+                    self.counters.enqueued.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {
+                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                    ::log::warn!(
+                        target: "rmqstore.timer",
+                        "timer queue offset {}: no readable timer message at commitlog offset {} \
+                         (or no TIMER_OUT_MS); skipped",
+                        u.queue_offset,
+                        u.phy_offset
+                    );
+                }
+            }
+            step.messages += 1;
+            *offset = u.queue_offset + 1;
+            self.commit_queue_offset.store(*offset, Ordering::Release);
+        }
+        self.move_write_time(now_ms);
+        step.behind = (store.max_offset_in_queue(TIMER_TOPIC, 0)? - *offset).max(0);
+        Ok(step)
+    }
+
+    /// `doEnqueue`, with the wheel lock held and `cw` the write time.
+    fn do_enqueue(
+        &self,
+        offset_py: i64,
+        size_py: i32,
+        mut delayed: i64,
+        msg: &MessageExt,
+        cw: i64,
+    ) -> Result<()> {
+        let p = self.precision_ms;
+        let window = self.roll_window_slots;
+        let mut magic = MAGIC_DEFAULT;
+        if delayed - cw >= window * p {
+            magic |= MAGIC_ROLL;
+            delayed = if delayed - cw - window * p < window / 3 * p {
+                cw + window / 2 * p
+            } else {
+                cw + window * p
+            };
+        }
+        if msg.property(props::TIMER_DEL_UNIQKEY).is_some() {
+            magic |= MAGIC_DELETE;
+        }
+        let real_topic_hash = msg
+            .property(props::REAL_TOPIC)
+            .map_or(0, crate::util::java_hash);
+        let slot = self.wheel.slot(delayed);
+        let unit = TimerLogUnit {
+            size: UNIT_SIZE as i32,
+            prev_pos: slot.last_pos,
+            magic,
+            curr_write_time_ms: cw,
+            delay_time: (delayed - cw) as i32,
+            offset_py,
+            size_py,
+            real_topic_hash,
+            reserved: 0,
+        };
+        // SAFETY: the wheel lock is held: this is the one appender.
+        let pos = unsafe { self.log.append(&unit.encode()) }?;
+        let num = if is_delete(magic) {
+            slot.num.wrapping_sub(1)
+        } else {
+            slot.num.wrapping_add(1)
+        };
+        let first = if slot.first_pos == -1 {
+            pos
+        } else {
+            slot.first_pos
+        };
+        self.wheel.put_slot(delayed, first, pos, num, slot.magic);
+        Ok(())
+    }
+
+    /// The units of the slot at `time_ms` (under the wheel lock), walking the chain backwards
+    /// from its last position and stopping at anything that is not a unit of this slot.
+    fn slot_units(&self, time_ms: i64) -> SlotUnits {
+        let _g = self.lock_wheel();
+        let slot = self.wheel.slot(time_ms);
+        let mut normal = Vec::new();
+        let mut delete = Vec::new();
+        let mut pos = slot.last_pos;
+        while pos >= 0 {
+            let Some(u) = self.log.unit_at(pos) else {
+                break;
+            };
+            if !u.is_valid() || self.format_time(u.delayed_time_ms()) != time_ms {
+                ::log::warn!(
+                    target: "rmqstore.timer",
+                    "timer slot {time_ms}: unit at {pos} is not one of the slot; chain cut there"
+                );
+                break;
+            }
+            if is_delete(u.magic) && !is_roll(u.magic) {
+                delete.push(u);
+            } else {
+                normal.push(u);
+            }
+            if u.prev_pos >= pos {
+                break;
+            }
+            pos = u.prev_pos;
+        }
+        normal.reverse();
+        SlotUnits { normal, delete }
+    }
+
+    /// The dequeue round (`dequeue` and its get/put services): slots from the read time while
+    /// they are below the write time (moved to `now_ms` first), at most `max_msgs` messages.
+    pub(crate) fn dequeue(
+        &self,
+        store: &MessageStore,
+        now_ms: i64,
+        max_msgs: usize,
+    ) -> Result<TimerDequeueStep> {
+        let mut d = self.dequeue.lock().unwrap_or_else(|p| p.into_inner());
+        self.move_write_time(now_ms);
+        let mut step = TimerDequeueStep::default();
+        let mut budget = max_msgs;
+        let mut blanks = 0u64;
+        let p = self.precision_ms;
+        'slots: loop {
+            let read = d.read_time_ms;
+            if read >= self.curr_write_time_ms.load(Ordering::Acquire) {
+                break;
+            }
+            if self.wheel.slot(read).is_blank() {
+                d.read_time_ms = read + p;
+                self.curr_read_time_ms.store(read + p, Ordering::Release);
+                step.slots += 1;
+                blanks += 1;
+                if blanks >= BLANK_SLOTS_PER_ROUND {
+                    break;
+                }
+                continue;
+            }
+            let units = self.slot_units(read);
+            let mut deleted_keys = HashSet::new();
+            for u in &units.delete {
+                if let Ok(Some(m)) = store.timer_message_at(u.offset_py, u.size_py) {
+                    if let Some(k) = m.property(props::TIMER_DEL_UNIQKEY) {
+                        deleted_keys.insert(k.to_owned());
+                    }
+                }
+            }
+            let done = match d.progress {
+                Some((t, n)) if t == read => n,
+                _ => 0,
+            };
+            for (i, u) in units.normal.iter().enumerate().skip(done) {
+                if budget == 0 {
+                    d.progress = Some((read, i));
+                    step.partial = true;
+                    break 'slots;
+                }
+                let msg = match store.timer_message_at(u.offset_py, u.size_py) {
+                    Ok(Some(m)) => m,
+                    Ok(None) | Err(StoreError::CorruptRecord { .. }) => {
+                        self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                budget -= 1;
+                if !deleted_keys.is_empty() {
+                    if let Some(uniq) = msg.property(property::UNIQ_KEY) {
+                        let key = self.delete_key(msg.property(props::REAL_TOPIC), uniq);
+                        if deleted_keys.contains(&key) {
+                            step.deleted += 1;
+                            self.counters.deleted.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    }
+                }
+                let roll = is_roll(u.magic);
+                match self.deliver(store, &msg, u.curr_write_time_ms, roll)? {
+                    Put::Done if roll => step.rolled += 1,
+                    Put::Done => step.delivered += 1,
+                    Put::Dropped => {}
+                    Put::Retry => {
+                        d.progress = Some((read, i));
+                        step.partial = true;
+                        break 'slots;
+                    }
+                }
+            }
+            d.progress = None;
+            d.read_time_ms = read + p;
+            self.commit_read_time_ms.store(read + p, Ordering::Release);
+            self.curr_read_time_ms.store(read + p, Ordering::Release);
+            step.slots += 1;
+        }
+        step.read_time_ms = d.read_time_ms;
+        Ok(step)
+    }
+
+    /// `buildDeleteKey`.
+    fn delete_key(&self, real_topic: Option<&str>, uniq: &str) -> String {
+        if self.settings.append_topic_for_delete_key {
+            format!("{}+{uniq}", real_topic.unwrap_or("null"))
+        } else {
+            uniq.to_owned()
+        }
+    }
+
+    /// `TimerFlushService.flush`: the checkpoint's values taken first, then the timer log, the
+    /// wheel and the checkpoint forced in that order.
+    pub(crate) fn flush(&self) -> Result<()> {
+        let mut f = self.flush.lock().unwrap_or_else(|p| p.into_inner());
+        let commit_read = self.commit_read_time_ms.load(Ordering::Acquire);
+        let commit_queue = self.commit_queue_offset.load(Ordering::Acquire);
+        let mut fields = f.fields;
+        fields.last_timer_log_flush_pos = self.log.queue().flushed_where();
+        fields.last_read_time_ms = commit_read;
+        fields.master_timer_queue_offset = commit_queue;
+        if commit_read != f.last_commit_read_time_ms || commit_queue != f.last_commit_queue_offset {
+            // DataVersion.nextVersion(stateVersion 0).
+            fields.state_version = 0;
+            fields.timestamp = crate::util::now_millis();
+            fields.counter = fields.counter.wrapping_add(1);
+            f.last_commit_read_time_ms = commit_read;
+            f.last_commit_queue_offset = commit_queue;
+        }
+        fields.last_timer_queue_offset = commit_queue.min(fields.master_timer_queue_offset);
+        self.log.flush()?;
+        self.wheel.flush()?;
+        self.checkpoint.write(fields)?;
+        f.fields = fields;
+        Ok(())
+    }
+
+    pub(crate) fn stats(&self, store: &MessageStore) -> Result<TimerStats> {
+        let read = self.curr_read_time_ms.load(Ordering::Acquire);
+        Ok(TimerStats {
+            enqueue_offset: self.commit_queue_offset.load(Ordering::Acquire),
+            queue_max_offset: store.max_offset_in_queue(TIMER_TOPIC, 0)?,
+            read_time_ms: read,
+            write_time_ms: self.curr_write_time_ms.load(Ordering::Acquire),
+            pending: self.wheel.all_num(read),
+            timer_log_end: self.log.max_offset(),
+            enqueued: self.counters.enqueued.load(Ordering::Relaxed),
+            delivered: self.counters.delivered.load(Ordering::Relaxed),
+            rolled: self.counters.rolled.load(Ordering::Relaxed),
+            deleted: self.counters.deleted.load(Ordering::Relaxed),
+            dropped: self.counters.dropped.load(Ordering::Relaxed),
+        })
+    }
+}
