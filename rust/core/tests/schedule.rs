@@ -472,3 +472,193 @@ fn a_malformed_level_string_is_refused_at_open() {
         )
         .is_err());
 }
+
+/// Spoils the REAL_* properties of schedule-topic messages as their KEYS say (after the
+/// delay-level hook has set them), to make records delivery cannot use.
+struct Spoil;
+
+impl PutMessageHook for Spoil {
+    fn name(&self) -> &str {
+        "spoil"
+    }
+    fn before_put(&self, msg: &mut Message) -> Result<(), PutMessageStatus> {
+        if msg.topic != SCHEDULE_TOPIC {
+            return Ok(());
+        }
+        let set = |msg: &mut Message, name: &str, value: Option<&str>| {
+            msg.properties.retain(|(k, _)| k != name);
+            if let Some(v) = value {
+                msg.properties.push((name.to_owned(), v.to_owned()));
+            }
+        };
+        match msg.property(property::KEYS) {
+            Some("qid-abc") => set(msg, "REAL_QID", Some("abc")),
+            Some("qid-neg") => set(msg, "REAL_QID", Some("-1")),
+            Some("no-topic") => set(msg, "REAL_TOPIC", None),
+            Some("bad-topic") => set(msg, "REAL_TOPIC", Some("a/b")),
+            Some("sched-topic") => set(msg, "REAL_TOPIC", Some(SCHEDULE_TOPIC)),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn units_delivery_cannot_use_are_dropped_and_passed() {
+    let d = TempDir::new("schedule", "drops");
+    {
+        let mut store = open(d.path(), "1s 5s");
+        store.add_put_hook(Box::new(Spoil));
+        for key in [
+            "good-1",
+            "qid-abc",
+            "qid-neg",
+            "no-topic",
+            "bad-topic",
+            "sched-topic",
+            "unreadable",
+            "good-2",
+        ] {
+            assert!(store
+                .put_message(&delayed("T", 0, "1", key))
+                .unwrap()
+                .is_ok());
+        }
+        store.close().unwrap();
+    }
+    // The unit of "unreadable" (queue offset 6) points 1 byte into its record.
+    let cq_path = d
+        .path()
+        .join("consumequeue")
+        .join(SCHEDULE_TOPIC)
+        .join("0")
+        .join(format!("{:020}", 0));
+    let mut cq = std::fs::read(&cq_path).unwrap();
+    let phy = i64::from_be_bytes(cq[120..128].try_into().unwrap());
+    cq[120..128].copy_from_slice(&(phy + 1).to_be_bytes());
+    std::fs::write(&cq_path, &cq).unwrap();
+    let store = open(d.path(), "1s 5s");
+    let s = store.schedule_deliver_at(1, 100, ahead).unwrap();
+    assert_eq!(
+        (s.delivered, s.dropped, s.offset, s.status),
+        (2, 6, 8, None)
+    );
+    drain(&store);
+    assert_eq!(store.max_offset_in_queue("T", 0).unwrap(), 2);
+    // Nothing went back into the schedule topic.
+    assert_eq!(store.max_offset_in_queue(SCHEDULE_TOPIC, 0).unwrap(), 8);
+    store.close().unwrap();
+}
+
+#[test]
+fn levels_progress_independently_and_stats_follow() {
+    let d = TempDir::new("schedule", "levels");
+    let store = open(d.path(), "1s 5s 1h");
+    let mut at = Vec::new();
+    for (i, level) in ["1", "2", "3", "1", "3"].iter().enumerate() {
+        at.push(
+            store
+                .put_message(&delayed("L", 0, level, &i.to_string()))
+                .unwrap(),
+        );
+    }
+    drain(&store);
+    let stats = store.schedule_stats().unwrap();
+    let pending: Vec<i64> = stats.iter().map(|s| s.pending).collect();
+    assert_eq!(pending, vec![2, 1, 2]);
+    assert_eq!(
+        stats[2].oldest_due_ms,
+        Some(at[2].store_timestamp + 3_600_000)
+    );
+    // An hour and a half ahead: levels 1 and 2 and the first hour deliver.
+    let later = || rmqstore_core::now_millis() + 5_400_000;
+    assert_eq!(
+        store.schedule_deliver_at(3, 100, later).unwrap().delivered,
+        2
+    );
+    let s = store.schedule_deliver_at(1, 1, later).unwrap();
+    assert_eq!((s.delivered, s.offset), (1, 1));
+    assert_eq!(s.next_due_ms, Some(at[3].store_timestamp + 1000));
+    let offsets = store.schedule_offsets().unwrap();
+    assert_eq!(
+        offsets.into_iter().collect::<Vec<_>>(),
+        vec![(1, 1), (2, 0), (3, 2)]
+    );
+    let stats = store.schedule_stats().unwrap();
+    assert_eq!(
+        stats
+            .iter()
+            .map(|s| (s.offset, s.max_offset, s.pending))
+            .collect::<Vec<_>>(),
+        vec![(1, 2, 1), (0, 1, 1), (2, 2, 0)]
+    );
+    assert_eq!(stats[2].oldest_due_ms, None);
+    // With the real clock nothing is due: a deliver time more than a level's delay ahead is
+    // corrected to now only when it is (correctDeliverTimestamp), not here.
+    let s = store.schedule_deliver(2, 10).unwrap();
+    assert_eq!(
+        (s.delivered, s.next_due_ms),
+        (0, Some(at[1].store_timestamp + 5000))
+    );
+}
+
+#[test]
+fn the_recovery_scan_spans_segments_and_starts_at_the_save_time() {
+    let d = TempDir::new("schedule", "segments");
+    let cfg = StoreConfig {
+        mapped_file_size_commit_log: 4096,
+        ..config("1s 5s")
+    };
+    let saved_at;
+    {
+        let store = MessageStore::open(d.path(), cfg.clone()).unwrap();
+        for i in 0..60 {
+            store
+                .put_message(&delayed("S", i % 3, "1", &format!("m{i}")))
+                .unwrap();
+        }
+        drain(&store);
+        assert_eq!(store.schedule_deliver_at(1, 20, ahead).unwrap().offset, 20);
+        std::thread::sleep(Duration::from_millis(20));
+        saved_at = rmqstore_core::now_millis();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(store.schedule_deliver_at(1, 25, ahead).unwrap().offset, 45);
+        assert!(store.commitlog_segments().unwrap().len() > 3);
+        store.close().unwrap();
+    }
+    let store = MessageStore::open(d.path(), cfg).unwrap();
+    let table = HashMap::from([(1, 20)]);
+    assert_eq!(store.schedule_load(&table, saved_at).unwrap()[&1], 45);
+    assert_eq!(store.schedule_load(&table, 0).unwrap()[&1], 45);
+    // A save time after every copy (with the slack) bounds the scan past them: the table is
+    // taken as it is. (Only a wrong save time does this; it shows the bound is used.)
+    let future = rmqstore_core::now_millis() + 60_000;
+    assert_eq!(store.schedule_load(&table, future).unwrap()[&1], 20);
+    store.close().unwrap();
+}
+
+#[test]
+fn a_deliver_time_further_ahead_than_the_delay_is_corrected_to_now() {
+    let d = TempDir::new("schedule", "correct");
+    {
+        let store = open(d.path(), "1s 5s");
+        store.put_message(&delayed("C", 0, "1", "a")).unwrap();
+        store.close().unwrap();
+    }
+    // A unit whose deliver time is ten hours ahead (written under another level table, or
+    // before the clock went back): correctDeliverTimestamp delivers it now.
+    let cq_path = d
+        .path()
+        .join("consumequeue")
+        .join(SCHEDULE_TOPIC)
+        .join("0")
+        .join(format!("{:020}", 0));
+    let mut cq = std::fs::read(&cq_path).unwrap();
+    let far = rmqstore_core::now_millis() + 36_000_000;
+    cq[12..20].copy_from_slice(&far.to_be_bytes());
+    std::fs::write(&cq_path, &cq).unwrap();
+    let store = open(d.path(), "1s 5s");
+    let s = store.schedule_deliver(1, 10).unwrap();
+    assert_eq!((s.delivered, s.offset, s.next_due_ms), (1, 1, None));
+    store.close().unwrap();
+}
