@@ -20,6 +20,7 @@ __all__ = [
     "PoolBuffers",
     "PutMessageResult",
     "ReadBatchBuffers",
+    "ScheduleStep",
     "Store",
     "__version__",
     "check_settings",
@@ -39,7 +40,7 @@ class _Setting(TypedDict):
 
     name: str
     rocketmq_name: str | None
-    type: Literal["int", "bool", "choice", "host", "path"]
+    type: Literal["int", "bool", "choice", "host", "path", "delay_levels"]
     default: int | bool | str | None
     min: int | None
     max: int | None
@@ -204,6 +205,26 @@ class ColumnBuffer:
     """Read-only bytes owned by Rust, exposed through the buffer protocol (no copy)."""
 
     def __len__(self) -> int: ...
+
+@final
+class ScheduleStep:
+    """What ``Store.schedule_deliver`` did in one round of a delay level."""
+
+    @property
+    def delivered(self) -> int:
+        """Messages put into their real queues."""
+    @property
+    def dropped(self) -> int:
+        """Messages passed over (unreadable record, unusable REAL_TOPIC/REAL_QID, half topic)."""
+    @property
+    def offset(self) -> int:
+        """The level's progress after the round (next queue offset to deliver)."""
+    @property
+    def next_due_ms(self) -> int | None:
+        """Deliver time in ms of the next message; None when the level's queue is exhausted."""
+    @property
+    def status(self) -> str | None:
+        """PutMessageStatus name of a put that failed (retried next round), else None."""
 
 @final
 class DispatchStep:
@@ -401,5 +422,10 @@ class Store:
     def preallocated_offsets(self) -> list[int]: ...
     def stop_services(self) -> None: ...
     def close(self) -> None: ...
+    def schedule_load(self, offsets: dict[int, int], persisted_at_ms: int) -> dict[int, int]: ...
+    def schedule_deliver(self, level: int, max_msgs: int) -> ScheduleStep: ...
+    def schedule_offsets(self) -> dict[int, int]: ...
+    def schedule_stats(self) -> list[tuple[int, int, int, int, int, int | None]]: ...
+    def schedule_levels(self) -> list[int]: ...
     @staticmethod
     def check_host(host: str) -> str: ...

@@ -18,6 +18,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from ._rmqstore import check_settings as _check_settings
 from ._rmqstore import closest_setting as _closest_setting
 from ._rmqstore import settings as _core_settings
 from .enums import FlushDiskType
@@ -117,6 +118,12 @@ def _checked(spec: _Setting, value: object) -> object:
         return _check_choice(name, value, spec["choices"])
     elif kind == "host":
         _check_host(name, value)
+    elif kind == "delay_levels":
+        if not isinstance(value, str):
+            expected = "a str of delays such as '1s 5s 10s 30s 1m 2h 1d'"
+            raise _bad(name, f"must be {expected}, got {value!r}")
+        # The core parses it (as RocketMQ does) and raises StoreConfigError naming the setting.
+        _check_settings({name: value})
     else:
         return _check_path(name, value)
     return value
@@ -241,6 +248,15 @@ class StoreConfig:
     flush_consume_queue_least_pages: int = 2
     #: ``flushConsumeQueueThoroughInterval``: ms after which any consume queue byte is forced.
     flush_consume_queue_thorough_interval: int = 60000
+    #: ``messageDelayLevel``: delay of each delay level, level 1 first (units s, m, h, d). A
+    #: message put with ``DELAY`` = n is stored in ``SCHEDULE_TOPIC_XXXX`` queue n - 1 and
+    #: delivered to its own topic once level n's delay has passed since it was stored (n above
+    #: the number of levels is the last level). Parsed as RocketMQ parses it; a malformed string
+    #: raises :class:`~rmqstore.errors.StoreConfigError`.
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    #: ``flushDelayOffsetInterval``: ms between saves of the delay levels' progress
+    #: (``config/delayOffset.json``).
+    flush_delay_offset_interval: int = 10000
 
     def __post_init__(self) -> None:
         # Each setting as the core's table says (in table order), then the rules that tie

@@ -60,6 +60,8 @@ def test_defaults_are_rocketmqs() -> None:
         "flush_interval_consume_queue": 1000,
         "flush_consume_queue_least_pages": 2,
         "flush_consume_queue_thorough_interval": 60000,
+        "message_delay_level": "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+        "flush_delay_offset_interval": 10000,
     }
 
 

@@ -24,7 +24,14 @@ FIELDS = {f.name: f for f in dataclasses.fields(StoreConfig)}
 INTS = [s for s in TABLE if s["type"] == "int"]
 
 # The Python annotation each kind of setting has.
-ANNOTATION = {"int": "int", "bool": "bool", "choice": "str", "host": "str", "path": "str | None"}
+ANNOTATION = {
+    "int": "int",
+    "bool": "bool",
+    "choice": "str",
+    "host": "str",
+    "path": "str | None",
+    "delay_levels": "str",
+}
 
 
 def test_both_sides_have_the_same_settings_in_the_same_order() -> None:
@@ -109,6 +116,25 @@ def test_choices_agree() -> None:
         with pytest.raises(rmqstore.StoreConfigError) as core:
             check_settings({name: "nope"})
         assert str(py.value) == str(core.value)
+
+
+@pytest.mark.parametrize("levels", ["1x", "", "1s  5s", " 1s", "1.5s", "99999999999999999d", "1S"])
+def test_delay_level_strings_agree(levels: str) -> None:
+    with pytest.raises(rmqstore.StoreConfigError) as py:
+        StoreConfig(message_delay_level=levels)
+    with pytest.raises(rmqstore.StoreConfigError) as core:
+        check_settings({"message_delay_level": levels})
+    assert py.value.setting == core.value.setting == "message_delay_level"
+    assert str(py.value) == str(core.value)
+    assert str(py.value).startswith("message_delay_level: ")
+
+
+def test_delay_level_strings_rocketmq_takes() -> None:
+    for levels in ("1s", "1s 5s 10s  ", "+1s 010m 2h 1d"):
+        assert StoreConfig(message_delay_level=levels).message_delay_level == levels
+        check_settings({"message_delay_level": levels})
+    with pytest.raises(rmqstore.StoreConfigError, match="must be a str"):
+        StoreConfig(message_delay_level=5)  # type: ignore[arg-type]
 
 
 def test_the_core_accepts_what_python_builds() -> None:

@@ -60,6 +60,9 @@ pub enum SettingKind {
     Host,
     /// A folder, or none for the default place.
     OptionalPath,
+    /// RocketMQ's delay-level string (`"1s 5s 10s ..."`), checked by
+    /// [`crate::schedule::DelayLevels::parse`].
+    DelayLevels,
 }
 
 const fn int(min: i64, max: i64) -> SettingKind {
@@ -112,6 +115,9 @@ impl Setting {
                     return bad(format!("must be {}, got '{s}'", Host.expected()));
                 }
             }
+            (SettingKind::DelayLevels, SettingValue::Str(s)) => {
+                crate::schedule::DelayLevels::parse(s)?;
+            }
             (kind, _) => return bad(format!("must be {}", kind.expected())),
         }
         Ok(())
@@ -136,6 +142,9 @@ impl SettingKind {
             Choice(names) => choices_text(names),
             Host => "'ip:port' (IPv6 as '[::1]:10911')".to_owned(),
             OptionalPath => "a path or None".to_owned(),
+            SettingKind::DelayLevels => {
+                "a str of delays such as '1s 5s 10s 30s 1m 2h 1d'".to_owned()
+            }
         }
     }
 }
@@ -190,6 +199,18 @@ impl SettingField for FlushDiskType {
     fn from_value(value: SettingValue) -> Option<Self> {
         match value {
             SettingValue::Str(s) => FlushDiskType::parse(&s),
+            _ => None,
+        }
+    }
+}
+
+impl SettingField for String {
+    fn to_value(&self) -> SettingValue {
+        SettingValue::Str(self.clone())
+    }
+    fn from_value(value: SettingValue) -> Option<Self> {
+        match value {
+            SettingValue::Str(s) => Some(s),
             _ => None,
         }
     }
@@ -412,6 +433,15 @@ settings! {
     /// Ms after which any consume queue byte is forced (the Python flush service).
     flush_consume_queue_thorough_interval: i32 = 60000,
         "flushConsumeQueueThoroughInterval", int(1, I32_MAX);
+    /// Delay of each delay level, level 1 first (units s, m, h, d; 18 levels by default).
+    ///
+    /// A message put with `DELAY` = n is stored in `SCHEDULE_TOPIC_XXXX` queue n - 1 and
+    /// delivered to its own topic n's delay after it was stored; n above the number of levels
+    /// is the last level. Parsed as RocketMQ parses it; a malformed string is refused.
+    message_delay_level: String = crate::schedule::DEFAULT_DELAY_LEVELS.to_owned(),
+        "messageDelayLevel", SettingKind::DelayLevels;
+    /// Ms between saves of the delay levels' progress (`config/delayOffset.json`).
+    flush_delay_offset_interval: i64 = 10_000, "flushDelayOffsetInterval", int(1, I32_MAX);
 }
 
 /// The descriptor of setting `name`.

@@ -4,9 +4,9 @@
 //! This crate has no Python in it; `rmqstore-py` binds it. Everything on disk is fixed-width
 //! big-endian, as RocketMQ's Java `ByteBuffer`s write it.
 
-// The layers, lowest first: format, file, wait, commitlog, queue, index, dispatch, read, store
+// The layers, lowest first: format, file, wait, commitlog, queue, index, schedule, dispatch, read, store
 // (docs/architecture.md#layers; each uses only the ones before it). `format`, `read` and `config` are
-// public namespaces: the record codec, the read path's result types and the settings table are
+// public namespaces (and `schedule`, the delay levels): the record codec, the read path's result types and the settings table are
 // part of the API the binding and tools use. The other layers are the crate's own; what callers
 // need of them is re-exported below.
 pub(crate) mod commitlog;
@@ -16,6 +16,7 @@ pub mod format;
 pub(crate) mod index;
 pub(crate) mod queue;
 pub mod read;
+pub mod schedule;
 pub(crate) mod store;
 pub(crate) mod wait;
 

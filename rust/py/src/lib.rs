@@ -6,6 +6,7 @@ mod buffer;
 mod config;
 mod errors;
 mod message;
+mod schedule;
 mod steps;
 mod store;
 
@@ -17,6 +18,8 @@ mod _rmqstore {
     use crate::config::{check_settings, closest_setting, settings};
     #[pymodule_export]
     use crate::message::{GetMessageResult, Message, MessageExt, PutMessageResult};
+    #[pymodule_export]
+    use crate::schedule::ScheduleStep;
     #[pymodule_export]
     use crate::steps::{
         AllocationStep, CommitStep, DispatchStep, GroupCommitStep, PoolBuffers, ReadBatchBuffers,

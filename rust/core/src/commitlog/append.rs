@@ -190,6 +190,25 @@ impl CommitLog {
                 Ok(p) => p,
                 Err(s) => return AppendResult::failed(s),
             };
+        self.append_one(msg, &props, msg.property(crate::format::property::WAIT))
+    }
+
+    /// Appends `msg` with `props` as its stored properties string (already a valid one) instead
+    /// of one rendered from `msg.properties`; `wait` is the WAIT value the flush honours. The
+    /// schedule service's re-put writes the properties string RocketMQ's `messageTimeUp` keeps.
+    pub(crate) fn put_message_as(
+        &self,
+        msg: &Message,
+        props: &str,
+        wait: Option<&str>,
+    ) -> AppendResult {
+        if let Err(s) = self.admission() {
+            return AppendResult::failed(s);
+        }
+        self.append_one(msg, props, wait)
+    }
+
+    fn append_one(&self, msg: &Message, props: &str, wait: Option<&str>) -> AppendResult {
         let mut env = self.envelope(
             &msg.topic,
             msg.queue_id,
@@ -200,14 +219,14 @@ impl CommitLog {
         );
         env.reconsume_times = msg.reconsume_times;
         env.prepared_transaction_offset = msg.prepared_transaction_offset;
-        if let Err(s) = check_envelope(&env, &props) {
+        if let Err(s) = check_envelope(&env, props) {
             return AppendResult::failed(s);
         }
-        let template = RecordTemplate::new(&env, &props);
+        let template = RecordTemplate::new(&env, props);
         match template.prepare(&msg.body, &self.limits) {
             Ok(body) => {
                 let r = self.append(&template, std::slice::from_ref(&body));
-                self.handle_disk_flush(r, msg.property(crate::format::property::WAIT))
+                self.handle_disk_flush(r, wait)
             }
             Err(s) => AppendResult::failed(s),
         }

@@ -164,6 +164,23 @@ impl CommitLog {
         }
     }
 
+    /// Calls `f` with the record a consume queue unit points at (`offset`, `size`), decoded in
+    /// place without a CRC check, as `lookMessageByOffset(offset, size)` reads it: `None` when
+    /// the bytes are not there or are not a whole message record of that size at that offset.
+    pub(crate) fn with_unit_record<T>(
+        &self,
+        offset: i64,
+        size: i32,
+        f: impl FnOnce(&DecodedRecord<'_>) -> T,
+    ) -> Option<T> {
+        let file = self.queue.find_by_offset(offset)?;
+        let data = file.read(offset - file.file_from_offset(), i64::from(size))?;
+        match check_record_at(data, offset, false) {
+            RecordCheck::Message(d) if d.total_size == size => Some(f(&d)),
+            _ => None,
+        }
+    }
+
     /// STORETIMESTAMP of the record at `offset` (`pickupStoreTimestamp`), -1 if unreadable.
     pub(crate) fn store_timestamp_at(&self, offset: i64, size: i32) -> i64 {
         if offset < self.min_offset() || offset + i64::from(size) > self.max_offset() {

@@ -1,8 +1,8 @@
 //! Dispatch sinks (RocketMQ's `CommitLogDispatcher`): what dispatch builds from each message it
 //! reads. The reput loop parses each record once and offers it to every sink of the store in
 //! turn; today these are the consume queue ([`ConsumeQueueSink`], `CommitLogDispatcherBuildConsumeQueue`)
-//! and the index ([`IndexSink`], `CommitLogDispatcherBuildIndex`). A timer sink or the schedule
-//! topic's tag codes come as one more sink.
+//! and the index ([`IndexSink`], `CommitLogDispatcherBuildIndex`). The schedule topic's tag
+//! codes (deliver times) are the consume queue sink's; a timer sink comes as one more sink.
 //!
 //! A sink works in two halves so that a large backlog can be written on a second thread: `add`
 //! runs on the parsing thread and queues what the message needs into the sink's batch, `apply`
@@ -21,10 +21,11 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::file::mapped_file::MappedFile;
-use crate::format::{sysflag, tags_code, DispatchProps, RecordView};
+use crate::format::{for_each_property, property, sysflag, tags_code, DispatchProps, RecordView};
 use crate::index::{IndexBatch, IndexService};
 use crate::queue::consume_queue::ConsumeQueue;
 use crate::queue::store::ConsumeQueueStore;
+use crate::schedule::{DelayLevels, SCHEDULE_TOPIC};
 
 /// One message as dispatch hands it to the sinks (RocketMQ's `DispatchRequest`). Only records
 /// whose topic, queue id, queue offset and physical offset are ones a put writes get here.
@@ -125,9 +126,13 @@ pub(crate) type StoreSinks = (ConsumeQueueSink, Option<IndexSink>);
 pub(crate) fn store_sinks(
     cqs: &Arc<ConsumeQueueStore>,
     index: Option<&Arc<IndexService>>,
+    levels: &Arc<DelayLevels>,
 ) -> StoreSinks {
     (
-        ConsumeQueueSink { cqs: cqs.clone() },
+        ConsumeQueueSink {
+            cqs: cqs.clone(),
+            levels: levels.clone(),
+        },
         index.map(|index| IndexSink {
             index: index.clone(),
         }),
@@ -135,9 +140,12 @@ pub(crate) fn store_sinks(
 }
 
 /// Builds the consume queues (`CommitLogDispatcherBuildConsumeQueue`): a unit for each plain or
-/// committed transaction message (PREPARED and ROLLBACK records consume no queue offset).
+/// committed transaction message (PREPARED and ROLLBACK records consume no queue offset). The
+/// tags code is the TAGS hash, except in the schedule topic, whose units hold the deliver time
+/// of a record with a delay level (`checkMessageAndReturnSize`, [`DelayLevels::schedule_tags_code`]).
 pub(crate) struct ConsumeQueueSink {
     cqs: Arc<ConsumeQueueStore>,
+    levels: Arc<DelayLevels>,
 }
 
 /// Consume queue units of dispatched messages waiting to be written, in commitlog order,
@@ -150,6 +158,8 @@ pub(crate) struct CqBatch {
     units: Vec<(i64, i32, i64, i64)>,
     /// The topic run and queue id of the last run.
     run: Option<(u64, i32)>,
+    /// The last run is of the schedule topic (the topic is compared once per run).
+    schedule_run: bool,
     /// The last TAGS value and its code (tags repeat from message to message).
     last_tags: Vec<u8>,
     last_tags_code: i64,
@@ -164,6 +174,34 @@ impl CqBatch {
             self.last_tags.extend_from_slice(t.as_bytes());
         }
         self.last_tags_code
+    }
+}
+
+impl ConsumeQueueSink {
+    /// The deliver time a schedule-topic record's unit holds, if its DELAY gives one.
+    #[cold]
+    fn schedule_tags_code(&self, d: &RecordView<'_>) -> Option<i64> {
+        let mut delay = None;
+        for_each_property(d.properties, |k, v| {
+            if k == property::DELAY.as_bytes() && !v.is_empty() {
+                delay = Some(v);
+            }
+        });
+        let delay = std::str::from_utf8(delay?).unwrap_or("\u{fffd}");
+        match self.levels.schedule_tags_code(delay, d.store_timestamp) {
+            Ok(code) => code,
+            Err(_) => {
+                // RocketMQ's check fails on such a record (its dispatch stops there); rmqstore
+                // never writes one (the put hook refuses it) and keeps its TAGS hash.
+                log::error!(
+                    target: "rmqstore.reput",
+                    "the schedule-topic record at commitlog offset {} has DELAY {delay:?}, not \
+                     a number: its consume queue unit keeps the TAGS hash",
+                    d.physical_offset
+                );
+                None
+            }
+        }
     }
 }
 
@@ -186,10 +224,16 @@ impl DispatchSink for ConsumeQueueSink {
         let run = Some((message.topic_run, d.queue_id));
         if cq.run != run || cq.runs.is_empty() {
             cq.run = run;
+            cq.schedule_run = message.topic == SCHEDULE_TOPIC;
             cq.runs
                 .push((self.cqs.find_or_create(message.topic, d.queue_id)?, 0));
         }
-        let code = cq.tags_code(message.props.tags);
+        let mut code = cq.tags_code(message.props.tags);
+        if cq.schedule_run {
+            if let Some(at) = self.schedule_tags_code(d) {
+                code = at;
+            }
+        }
         cq.units
             .push((d.physical_offset, d.total_size, code, d.queue_offset));
         if let Some(run) = cq.runs.last_mut() {

@@ -2,8 +2,10 @@
 //! message is appended, in the order they were added. `DefaultMessageStore` runs its
 //! `putMessageHookList` before `CommitLog.asyncPutMessage`; RocketMQ 5.x uses it to turn a
 //! delay-level or timer message into one for the schedule or timer topic and to check
-//! transaction half messages. A store has no hooks unless one is added, and then a put costs
-//! nothing more than a check that the list is empty.
+//! transaction half messages. Every store has the delay-level hook
+//! ([`crate::schedule::DelayLevelHook`]); a hook says which puts it may act on
+//! ([`PutMessageHook::applies_to`]), and a put none applies to is appended as given, without a
+//! copy.
 
 use crate::commitlog::Batch;
 use crate::format::{HostAddr, Message, PutMessageStatus};
@@ -12,6 +14,19 @@ use crate::format::{HostAddr, Message, PutMessageStatus};
 pub trait PutMessageHook: Send + Sync {
     /// The hook's name (`hookName`), for logs.
     fn name(&self) -> &str;
+
+    /// Whether [`PutMessageHook::before_put`] may act on `msg` (change or refuse it). A put
+    /// that no hook applies to skips the hooks and the copy of the message they would work on.
+    fn applies_to(&self, msg: &Message) -> bool {
+        let _ = msg;
+        true
+    }
+
+    /// The same for a batch put.
+    fn applies_to_batch(&self, batch: &Batch<'_>) -> bool {
+        let _ = batch;
+        true
+    }
 
     /// Runs before `msg` is appended and may change any of it (topic, queue id, properties,
     /// flags). `Err(status)` refuses the put: nothing is appended, the later hooks do not run

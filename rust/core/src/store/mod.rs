@@ -14,6 +14,7 @@
 mod hooks;
 mod open;
 mod queries;
+mod schedule;
 mod services;
 mod state;
 
@@ -139,8 +140,11 @@ pub struct MessageStore {
     fork_generation: u64,
     /// The process that opened the store.
     pid: u32,
-    /// Run on every put before it is appended, in order (empty unless one is added).
+    /// Run on every put before it is appended, in order (the delay-level hook, then any
+    /// added).
     put_hooks: Vec<Box<dyn PutMessageHook>>,
+    /// The delay levels and each level's delivery progress.
+    schedule: schedule::ScheduleProgress,
 }
 
 /// Dispatch chunk used while opening (catch-up before the store is handed out).
@@ -242,7 +246,7 @@ impl MessageStore {
     pub fn put_message(&self, msg: &Message) -> Result<AppendResult> {
         self.writable("put_message")?;
         self.with_open(|o| {
-            if self.put_hooks.is_empty() {
+            if !self.put_hooks.iter().any(|h| h.applies_to(msg)) {
                 return o.commitlog.put_message(msg);
             }
             let mut msg = msg.clone();
@@ -257,7 +261,7 @@ impl MessageStore {
     pub fn put_messages(&self, batch: &Batch<'_>) -> Result<AppendResult> {
         self.writable("put_messages")?;
         self.with_open(|o| {
-            if self.put_hooks.is_empty() {
+            if !self.put_hooks.iter().any(|h| h.applies_to_batch(batch)) {
                 return o.commitlog.put_messages(batch);
             }
             let mut head = PutBatch::from_batch(batch);

@@ -18,6 +18,12 @@ use crate::queue::store::ConsumeQueueStore;
 use crate::wait::DataSignal;
 
 use super::{MessageStore, Open, StateMachine, StoreState, OPEN_DISPATCH_CHUNK};
+use crate::schedule::{DelayLevelHook, DelayLevels};
+
+/// The delay levels of a configuration [`StoreConfig::validate`] passed (which parsed them).
+fn delay_levels(config: &StoreConfig) -> DelayLevels {
+    DelayLevels::parse(&config.message_delay_level).unwrap_or_default()
+}
 
 impl MessageStore {
     /// Opens (creating if needed) the store in `root`: lock, load, recover.
@@ -171,7 +177,7 @@ impl MessageStore {
         machine.transit(StoreState::RecoverTopicQueueTableOk)?;
         let open = Open {
             commitlog,
-            sinks: store_sinks(&cqs, index.as_ref()),
+            sinks: store_sinks(&cqs, index.as_ref(), &Arc::new(delay_levels(&config))),
             cqs,
             index,
             reput_from: Mutex::new(dispatch_from),
@@ -253,6 +259,7 @@ impl MessageStore {
         recovery: RecoveryReport,
         read_only: bool,
     ) -> MessageStore {
+        let levels = Arc::new(delay_levels(&config));
         MessageStore {
             root: root.to_path_buf(),
             machine,
@@ -266,7 +273,12 @@ impl MessageStore {
             read_only,
             fork_generation: crate::fork::generation(),
             pid: std::process::id(),
-            put_hooks: Vec::new(),
+            put_hooks: if read_only {
+                Vec::new()
+            } else {
+                vec![Box::new(DelayLevelHook::new(levels.clone()))]
+            },
+            schedule: super::schedule::ScheduleProgress::new(levels),
         }
     }
 
@@ -300,7 +312,7 @@ impl MessageStore {
         let open = Open {
             commitlog,
             // Never used: a read-only store does not dispatch.
-            sinks: store_sinks(&cqs, None),
+            sinks: store_sinks(&cqs, None, &Arc::new(delay_levels(&config))),
             cqs,
             index: None,
             reput_from: Mutex::new(0),

@@ -28,7 +28,7 @@ pub(super) fn total_physical_memory() -> i64 {
 impl MessageStore {
     /// The queue `topic`/`queue_id` ready to read: on a read-only store, found even if it
     /// appeared since the last look, and refreshed up to what the writer has dispatched.
-    fn readable_queue(
+    pub(super) fn readable_queue(
         &self,
         o: &Open,
         topic: &str,
