@@ -7,6 +7,7 @@ and reads. The engine is Rust (``rmqstore._rmqstore``); this package orchestrate
 from __future__ import annotations
 
 from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult, __version__
+from ._schedule import ScheduleLevelStats
 from .config import StoreConfig
 from .enums import FlushDiskType, GetMessageStatus, PutMessageStatus, StoreState
 from .errors import (
@@ -40,6 +41,7 @@ __all__ = [
     "PutMessageResult",
     "PutMessageStatus",
     "RmqStoreError",
+    "ScheduleLevelStats",
     "StoreClosedError",
     "StoreConfig",
     "StoreConfigError",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from . import _rmqstore
 from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult
+from ._schedule import DelayOffsetManager, ScheduleLevelStats, ScheduleMessageService
 from ._services import (
     AllocateMappedFileService,
     CheckpointService,
@@ -125,6 +126,8 @@ class MessageStore:
         self._services: list[ServiceThread] = []
         self._offsets: ConsumerOffsetManager | None = None
         self._topic_config: TopicConfigService | None = None
+        self._delay_offsets: DelayOffsetManager | None = None
+        self._schedule: ScheduleMessageService | None = None
         self._close_lock = threading.Lock()
         self._forked = False
         if not isinstance(store_path, (str, os.PathLike)):
@@ -153,10 +156,12 @@ class MessageStore:
         # everything as it was.
         loaded: list[ConsumerOffsetManager] = []
         loaded_topics: list[TopicConfigManager] = []
+        loaded_delay: list[DelayOffsetManager] = []
 
         def before_changes() -> None:
             loaded.append(ConsumerOffsetManager(self._path / "config"))
             loaded_topics.append(TopicConfigManager(self._path / "config"))
+            loaded_delay.append(DelayOffsetManager(self._path / "config"))
 
         try:
             self._core = _rmqstore.Store(
@@ -167,11 +172,14 @@ class MessageStore:
                 manager.close()
             for topics in loaded_topics:
                 topics.close()
+            for delay in loaded_delay:
+                delay.close()
             raise _resource_error(exc, "opening the store") from exc
         if read_only:
             _OPEN_STORES.add(self)
             return
         self._offsets = loaded[0]
+        self._delay_offsets = loaded_delay[0]
         # config/topics.json: what a broker needs to serve the store's topics (written now,
         # when dispatch finds a new topic or queue, and at close).
         self._topic_config = TopicConfigService(self._core, loaded_topics[0])
@@ -203,9 +211,25 @@ class MessageStore:
             self._topic_config.sync()
             services.append(self._topic_config)
         services.extend(timer_services(self._core, cfg))
+        if self._delay_offsets is not None:
+            services.append(self._load_schedule(cfg, self._delay_offsets))
         for service in services:
             service.start()
             self._services.append(service)
+
+    def _load_schedule(
+        self, cfg: StoreConfig, manager: DelayOffsetManager
+    ) -> ScheduleMessageService:
+        """Hands ``config/delayOffset.json``'s offsets to the core (which clamps them to each
+        level queue's range and skips what was delivered after the file was written) and
+        builds the delivery service."""
+        levels = {row[0] for row in self._core.schedule_stats()}
+        offsets = {lv: off for lv, off in manager.offset_table().items() if lv in levels}
+        self._core.schedule_load(offsets, manager.persisted_at_ms)
+        self._schedule = ScheduleMessageService(
+            self._core, manager, cfg.flush_delay_offset_interval
+        )
+        return self._schedule
 
     def _abandon(self) -> None:
         """Undoes a half-done open: stops what started, closes the core (releasing the lock)."""
@@ -221,6 +245,8 @@ class MessageStore:
         self._services = []
         self._offsets = None
         self._topic_config = None
+        self._delay_offsets = None
+        self._schedule = None
         self._close_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -262,15 +288,29 @@ class MessageStore:
             self._core.stop_services()
             for service in self._services:
                 service.join()
+            self._persist_schedule_at_close()
             self._sync_topic_config_at_close()
             try:
                 self._core.close()
             finally:
                 if self._offsets is not None:
                     self._offsets.close()
+                if self._delay_offsets is not None:
+                    self._delay_offsets.close()
                 if self._topic_config is not None:
                     self._topic_config.manager.close()
                 _OPEN_STORES.discard(self)
+
+    def _persist_schedule_at_close(self) -> None:
+        """Writes ``config/delayOffset.json`` from the core's offsets once the schedule
+        service stopped (RocketMQ's ``ScheduleMessageService.shutdown``). A failure is logged:
+        closing goes on (the next open re-delivers at most what the file does not count)."""
+        if self._schedule is None:
+            return
+        try:
+            self._schedule.persist()
+        except Exception:
+            log.exception("%s: cannot write config/delayOffset.json at close", self._path)
 
     def _sync_topic_config_at_close(self) -> None:
         """Dispatches what the last puts appended (close would do it next) and makes
@@ -548,6 +588,19 @@ class MessageStore:
         """The consumer offset table (``config/consumerOffset.json``); a read-only store raises
         :class:`~rmqstore.errors.StoreReadOnlyError`."""
         return self._offset_manager("consumer_offsets")
+
+    # -- scheduled messages ----------------------------------------------------------------
+
+    def schedule_stats(self) -> list[ScheduleLevelStats]:
+        """Every delay level of ``message_delay_level``: its delay, the next offset of its
+        ``SCHEDULE_TOPIC_XXXX`` queue to deliver, the queue's end, the messages pending and the
+        deliver time (epoch ms) of the oldest one (None when none is pending)."""
+        return [ScheduleLevelStats(*row) for row in self._core.schedule_stats()]
+
+    def schedule_offsets(self) -> dict[int, int]:
+        """Delay level -> the next offset of its queue to deliver (what
+        ``config/delayOffset.json`` holds once persisted)."""
+        return dict(self._core.schedule_offsets())
 
     # -- read by commitlog offset ----------------------------------------------------------
 
