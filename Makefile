@@ -12,7 +12,7 @@ SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -
 # The platform tag of the wheel: glibc 2.28 or later (RHEL 8, Debian 10, Ubuntu 20.04, ...).
 MANYLINUX := manylinux_2_28
 
-.PHONY: demo test wheel lint rust-test py-test bench bench-quick bench-interop fmt clean
+.PHONY: demo test wheel lint rust-test py-test bench bench-quick bench-interop bench-interop-scheduled fmt clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,10 @@ bench: $(WHEEL)
 # java and mvn; the interop tests' Maven build of tests/interop/java).
 bench-interop: $(WHEEL)
 	$(BIN)/python benches/interop_side_by_side.py
+
+# Issue 17: delay-level delivery and timer enqueue against RocketMQ 4.9.8 / 5.5.1 (java, mvn).
+bench-interop-scheduled: $(WHEEL)
+	$(BIN)/python benches/interop_scheduled.py
 
 test: lint rust-test py-test bench-quick
 

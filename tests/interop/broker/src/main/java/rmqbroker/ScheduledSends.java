@@ -64,7 +64,7 @@ final class ScheduledSends {
         h.admin.setInstanceName("interop-admin");
         h.admin.start();
         Map<String, Map<Integer, Long>> before = maxima();
-        h.produce(messages);
+        h.produce(messages, false);
         long await = h.args.opt("await", 0);
         long until = System.currentTimeMillis() + h.args.opt("timeout-ms", 60_000);
         while (count(before, maxima()) < await) {
@@ -93,6 +93,7 @@ final class ScheduledSends {
         o.put("scheduleQueues", levels);
         o.put("timerQueueMax", store().getMaxOffsetInQueue(TimerMessageStore.TIMER_TOPIC, 0));
         o.put("timerCommitQueueOffset", timer.getCommitQueueOffset());
+        o.put("nowMs", System.currentTimeMillis()); // what is delivered after this, a restart delivered
         print(o);
         h.stopAll();
         printFiles(root);
