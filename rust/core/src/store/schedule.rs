@@ -11,6 +11,7 @@ use crate::error::{Result, StoreError};
 use crate::format::Message;
 use crate::queue::consume_queue::ConsumeQueue;
 use crate::schedule::deliver::{deliver_round, TimeUp};
+use crate::schedule::order::java_map_order;
 use crate::schedule::recover::advance_past_copies;
 use crate::schedule::{DelayLevels, LevelStats, ScheduleStep, SCHEDULE_TOPIC};
 use crate::util::now_millis;
@@ -110,6 +111,11 @@ impl MessageStore {
                 return AppendResult::failed(refused);
             }
             if !same_message(&before, &msg) {
+                // A hook that changes the message renders its properties map again (as
+                // RocketMQ's transforming hooks call `setPropertiesString`): the cleared map,
+                // in the map's order.
+                msg.properties =
+                    java_map_order(std::mem::take(&mut msg.properties), |p| p.0.as_str());
                 return o.commitlog.put_message(&msg);
             }
         }
