@@ -824,3 +824,37 @@ fn after_sigkills_every_message_is_delivered_once() {
     eprintln!("{kills} kills: {} delivered, {twice} twice", seen.len());
     store.close().unwrap();
 }
+
+#[test]
+fn a_read_only_store_reads_the_schedule_queues_another_process_writes() {
+    let d = TempDir::new("schedule", "read-only");
+    let writer = open(d.path(), "1s 5s");
+    writer.put_message(&delayed("W", 0, "2", "a")).unwrap();
+    writer.put_message(&delayed("W", 0, "2", "b")).unwrap();
+    drain(&writer);
+    // Its units are checked against their records: the deliver time is what a schedule-topic
+    // unit must hold, not the TAGS hash.
+    let reader = MessageStore::open_read_only(d.path(), config("1s 5s")).unwrap();
+    let got = reader
+        .get_message(
+            SCHEDULE_TOPIC,
+            1,
+            0,
+            32,
+            &rmqstore_core::read::TagFilter::all(),
+        )
+        .unwrap();
+    assert_eq!(got.messages.len(), 2);
+    let stats = reader.schedule_stats().unwrap();
+    assert_eq!((stats[1].max_offset, stats[1].pending), (2, 2));
+    assert!(matches!(
+        reader.schedule_deliver(1, 1),
+        Err(rmqstore_core::StoreError::ReadOnly(_))
+    ));
+    assert!(matches!(
+        reader.schedule_load(&HashMap::new(), 0),
+        Err(rmqstore_core::StoreError::ReadOnly(_))
+    ));
+    reader.close().unwrap();
+    writer.close().unwrap();
+}
