@@ -393,6 +393,12 @@ fn delivery_rebuilds_the_message_as_message_time_up_does() {
             .unwrap(),
         0
     );
+    // A round of 0 messages delivers nothing and tells what is next.
+    store.put_message(&delayed("Real", 1, "2", "y")).unwrap();
+    drain(&store);
+    let s = store.schedule_deliver_at(2, 0, ahead).unwrap();
+    assert_eq!((s.delivered, s.offset), (0, 5));
+    assert!(s.next_due_ms.is_some());
     // A level outside the table is an argument error.
     assert!(store.schedule_deliver(3, 1).is_err());
     assert!(store.schedule_deliver(0, 1).is_err());

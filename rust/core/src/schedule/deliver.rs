@@ -240,6 +240,14 @@ pub(crate) fn deliver_round(
             break;
         }
     }
+    if step.next_due_ms.is_none() && *offset < max {
+        // Stopped before looking at the next unit (max_msgs 0) or on a unit not readable yet:
+        // its deliver time, when it is there.
+        step.next_due_ms = cq.get(*offset).map(|u| {
+            let t = now();
+            correct_deliver_timestamp(t, u.tags_code, delay_ms)
+        });
+    }
     step.offset = *offset;
     step
 }
