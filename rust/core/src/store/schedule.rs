@@ -100,12 +100,14 @@ impl MessageStore {
 
     /// Puts a delivered message: the hooks see it as RocketMQ's re-put does (no DELAY, WAIT
     /// false); when none changes it, the record keeps the original's properties string.
-    fn put_time_up(&self, o: &Open, t: TimeUp) -> AppendResult {
+    fn put_time_up(&self, o: &Open, t: TimeUp<'_>) -> AppendResult {
         let TimeUp {
             mut msg,
+            body,
             stored_props,
         } = t;
         if self.put_hooks.iter().any(|h| h.applies_to(&msg)) {
+            msg.body = body.to_vec();
             let before: Message = msg.clone();
             if let Some(refused) = hooks::run(&self.put_hooks, &mut msg, |h, m| h.before_put(m)) {
                 return AppendResult::failed(refused);
@@ -120,7 +122,7 @@ impl MessageStore {
             }
         }
         o.commitlog
-            .put_message_as(&msg, &stored_props, Some("false"))
+            .put_message_as(&msg, body, &stored_props, Some("false"))
     }
 
     /// Sets each level's progress from a saved table (`delayOffset.json`'s `offsetTable`),
