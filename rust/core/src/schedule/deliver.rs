@@ -3,7 +3,7 @@
 
 use super::levels::{parse_java_int, DelayLevels};
 use super::order::{is_java_map_order, java_map_order};
-use super::{ScheduleStep, HALF_TOPIC, REAL_QID, REAL_TOPIC};
+use super::{ScheduleStep, HALF_TOPIC, REAL_QID, REAL_TOPIC, SCHEDULE_TOPIC};
 use crate::commitlog::{AppendResult, CommitLog};
 use crate::format::{
     for_each_property, property, topic_is_legal, DecodedRecord, Message, PutMessageStatus,
@@ -65,6 +65,11 @@ pub(crate) fn time_up(d: &DecodedRecord<'_>) -> Result<TimeUp, Drop> {
     if topic == HALF_TOPIC {
         return Err(Drop::HalfTopic);
     }
+    // A copy put back into the schedule topic would be scheduled and delivered again, forever
+    // (RocketMQ loops so on a message sent to SCHEDULE_TOPIC_XXXX with a DELAY).
+    if topic == SCHEDULE_TOPIC {
+        return Err(Drop::BadReal);
+    }
     // RocketMQ would try to put these and fail on every retry (an illegal topic) or write a
     // record no queue can hold (a negative queue id): neither can be delivered.
     if !topic_is_legal(topic) || queue_id < 0 {
@@ -77,31 +82,31 @@ pub(crate) fn time_up(d: &DecodedRecord<'_>) -> Result<TimeUp, Drop> {
         .enumerate()
         .all(|(i, (k, _))| items[i + 1..].iter().all(|(k2, _)| k2 != k));
     let whole = raw.is_empty() || raw.ends_with('\u{2}');
-    let stored_props = if distinct
+    let rendered_len: usize = items.iter().map(|p| p.0.len() + p.1.len() + 2).sum();
+    let (stored_props, ordered) = if distinct
         && whole
-        && items
-            .iter()
-            .map(|p| p.0.len() + p.1.len() + 2)
-            .sum::<usize>()
-            == raw.len()
+        && rendered_len == raw.len()
         && is_java_map_order(items.iter().map(|p| p.0))
     {
-        raw.to_owned()
+        (raw.to_owned(), items)
     } else {
-        let mut s = String::with_capacity(raw.len() + 1);
-        for (k, v) in java_map_order(items.clone(), |p| p.0) {
+        let ordered = java_map_order(items, |p| p.0);
+        let mut s = String::with_capacity(rendered_len);
+        for (k, v) in &ordered {
             s.push_str(k);
             s.push('\u{1}');
             s.push_str(v);
             s.push('\u{2}');
         }
-        s
+        (s, ordered)
     };
-    let mut view: Vec<(String, String)> = java_map_order(items, |p| p.0)
-        .into_iter()
-        .filter(|(k, _)| !CLEARED.contains(k))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+    let mut view: Vec<(String, String)> = Vec::with_capacity(ordered.len() + 1);
+    view.extend(
+        ordered
+            .into_iter()
+            .filter(|(k, _)| !CLEARED.contains(k))
+            .map(|(k, v)| (k.to_owned(), v.to_owned())),
+    );
     match view.iter_mut().find(|(k, _)| k == property::WAIT) {
         Some(w) => w.1 = "false".to_owned(),
         None => view.push((property::WAIT.to_owned(), "false".to_owned())),
@@ -171,6 +176,7 @@ pub(crate) fn deliver_round(
         *offset = max;
     }
     let mut stop = false;
+    let mut clock = now();
     while !stop && step.delivered < max_msgs as u64 && *offset < max {
         let from = *offset;
         let mut visited = false;
@@ -181,9 +187,15 @@ pub(crate) fn deliver_round(
                 let stored = commitlog.store_timestamp_at(u.phy_offset, u.size);
                 tags = levels.deliver_timestamp(level, stored);
             }
-            let t = now();
-            let deliver = correct_deliver_timestamp(t, tags, delay_ms);
-            if deliver > t || step.delivered >= max_msgs as u64 {
+            // The clock is read again only when an earlier reading could decide otherwise than
+            // the time now: a unit that looks not yet due, or one whose deliver time an earlier
+            // clock corrects (the correction depends on the clock).
+            let mut deliver = correct_deliver_timestamp(clock, tags, delay_ms);
+            if deliver > clock || deliver != tags {
+                clock = now();
+                deliver = correct_deliver_timestamp(clock, tags, delay_ms);
+            }
+            if deliver > clock || step.delivered >= max_msgs as u64 {
                 step.next_due_ms = Some(deliver);
                 stop = true;
                 return false;
@@ -227,6 +239,14 @@ pub(crate) fn deliver_round(
         if !visited {
             break;
         }
+    }
+    if step.next_due_ms.is_none() && *offset < max {
+        // Stopped before looking at the next unit (max_msgs 0) or on a unit not readable yet:
+        // its deliver time, when it is there.
+        step.next_due_ms = cq.get(*offset).map(|u| {
+            let t = now();
+            correct_deliver_timestamp(t, u.tags_code, delay_ms)
+        });
     }
     step.offset = *offset;
     step

@@ -11,6 +11,7 @@ use crate::error::{Result, StoreError};
 use crate::format::Message;
 use crate::queue::consume_queue::ConsumeQueue;
 use crate::schedule::deliver::{deliver_round, TimeUp};
+use crate::schedule::order::java_map_order;
 use crate::schedule::recover::advance_past_copies;
 use crate::schedule::{DelayLevels, LevelStats, ScheduleStep, SCHEDULE_TOPIC};
 use crate::util::now_millis;
@@ -110,6 +111,11 @@ impl MessageStore {
                 return AppendResult::failed(refused);
             }
             if !same_message(&before, &msg) {
+                // A hook that changes the message renders its properties map again (as
+                // RocketMQ's transforming hooks call `setPropertiesString`): the cleared map,
+                // in the map's order.
+                msg.properties =
+                    java_map_order(std::mem::take(&mut msg.properties), |p| p.0.as_str());
                 return o.commitlog.put_message(&msg);
             }
         }
@@ -235,4 +241,53 @@ fn same_message(a: &Message, b: &Message) -> bool {
         && a.properties == b.properties
         && a.reconsume_times == b.reconsume_times
         && a.body == b.body
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::format::Message;
+    use crate::schedule::recover::first_record_at_or_after;
+    use crate::{MessageStore, StoreConfig};
+
+    #[test]
+    fn the_time_search_finds_the_first_record_stored_at_or_after_a_time() {
+        let d = std::env::temp_dir().join(format!("rmqstore-sched-time-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let store = MessageStore::open(
+            &d,
+            StoreConfig {
+                mapped_file_size_commit_log: 4096,
+                ..StoreConfig::default()
+            },
+        )
+        .unwrap();
+        let mut at = Vec::new();
+        for i in 0..120 {
+            let m = Message {
+                topic: "T".into(),
+                body: vec![b'x'; 100 + i % 7],
+                ..Message::default()
+            };
+            let r = store.put_message(&m).unwrap();
+            at.push((r.wrote_offset, r.store_timestamp));
+            if i % 10 == 9 {
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        }
+        assert!(store.commitlog_segments().unwrap().len() > 3);
+        let end = store.max_phy_offset().unwrap();
+        let first = at[0].1;
+        let last = at[at.len() - 1].1;
+        for t in (first - 2..=last + 2).chain([0, i64::MIN, i64::MAX]) {
+            let want = at.iter().find(|(_, ts)| *ts >= t).map_or(end, |(o, _)| *o);
+            let got = store
+                .with_open(|o| first_record_at_or_after(&o.commitlog, t))
+                .unwrap();
+            assert_eq!(got, want, "t = {t}");
+        }
+        store.close().unwrap();
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }
