@@ -2,8 +2,8 @@
 //! message is appended, in the order they were added. `DefaultMessageStore` runs its
 //! `putMessageHookList` before `CommitLog.asyncPutMessage`; RocketMQ 5.x uses it to turn a
 //! delay-level or timer message into one for the schedule or timer topic and to check
-//! transaction half messages. A store has no hooks unless one is added, and then a put costs
-//! nothing more than a check that the list is empty.
+//! transaction half messages. A writable store has the timer hook (`crate::timer::hook`); a put
+//! that no hook acts on ([`PutMessageHook::acts_on`]) is appended as given, without a copy.
 
 use crate::commitlog::Batch;
 use crate::format::{HostAddr, Message, PutMessageStatus};
@@ -17,6 +17,14 @@ pub trait PutMessageHook: Send + Sync {
     /// flags). `Err(status)` refuses the put: nothing is appended, the later hooks do not run
     /// and the put returns that status (`executeBeforePutMessage` returning a result).
     fn before_put(&self, msg: &mut Message) -> Result<(), PutMessageStatus>;
+
+    /// Whether [`PutMessageHook::before_put`] may change or refuse `msg`: `false` promises it
+    /// would pass `msg` unchanged, and a put that every hook passes this way is appended
+    /// without copying the message first. By default a hook may act on every message.
+    fn acts_on(&self, msg: &Message) -> bool {
+        let _ = msg;
+        true
+    }
 
     /// The same for a batch put ([`MessageStore::put_messages`](super::MessageStore::put_messages)),
     /// which sees the fields all messages of the batch share. By default a batch passes

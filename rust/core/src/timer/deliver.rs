@@ -12,13 +12,15 @@ use super::{props, Put, TimerEngine};
 
 impl TimerEngine {
     /// `convert`, `convertMessage` and `doPut`: puts `msg` (read from the timer topic) to its
-    /// real topic and queue, or back to the timer topic when `roll`.
+    /// real topic and queue, or back to the timer topic when `roll`; `dequeue_time` is the
+    /// TIMER_DEQUEUE_MS it gets (the clock read once per slot).
     pub(super) fn deliver(
         &self,
         store: &MessageStore,
         msg: &MessageExt,
         enqueue_time: i64,
         roll: bool,
+        dequeue_time: i64,
     ) -> Result<Put> {
         let mut properties = msg.properties();
         if enqueue_time != -1 {
@@ -41,7 +43,7 @@ impl TimerEngine {
         props::set(
             &mut properties,
             props::TIMER_DEQUEUE_MS,
-            crate::util::now_millis().to_string(),
+            dequeue_time.to_string(),
         );
         if !roll && props::get(&properties, props::TIMER_DEL_UNIQKEY).is_some() {
             // A delete marker is never delivered.

@@ -332,7 +332,7 @@ impl TimerEngine {
                         }
                     };
                     if direct {
-                        match self.deliver(store, m, i64::MAX, false)? {
+                        match self.deliver(store, m, i64::MAX, false, crate::util::now_millis())? {
                             Put::Done => step.delivered += 1,
                             Put::Dropped => {}
                             Put::Retry => {
@@ -488,6 +488,7 @@ impl TimerEngine {
                     }
                 }
             }
+            let dequeue_time = crate::util::now_millis();
             let done = match d.progress {
                 Some((t, n)) if t == read => n,
                 _ => 0,
@@ -518,7 +519,7 @@ impl TimerEngine {
                     }
                 }
                 let roll = is_roll(u.magic);
-                match self.deliver(store, &msg, u.curr_write_time_ms, roll)? {
+                match self.deliver(store, &msg, u.curr_write_time_ms, roll, dequeue_time)? {
                     Put::Done if roll => step.rolled += 1,
                     Put::Done => step.delivered += 1,
                     Put::Dropped => {}
