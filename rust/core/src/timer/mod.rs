@@ -389,6 +389,8 @@ impl TimerEngine {
         let real_topic_hash = msg
             .property(props::REAL_TOPIC)
             .map_or(0, crate::util::java_hash);
+        // The slot's page first: a unit is never logged for a slot that cannot be written.
+        self.wheel.reserve_slot(delayed)?;
         let slot = self.wheel.slot(delayed);
         let unit = TimerLogUnit {
             size: UNIT_SIZE as i32,
@@ -413,8 +415,7 @@ impl TimerEngine {
         } else {
             slot.first_pos
         };
-        self.wheel.put_slot(delayed, first, pos, num, slot.magic);
-        Ok(())
+        self.wheel.put_slot(delayed, first, pos, num, slot.magic)
     }
 
     /// The units of the slot at `time_ms` (under the wheel lock), walking the chain backwards
