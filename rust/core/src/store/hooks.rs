@@ -2,10 +2,10 @@
 //! message is appended, in the order they were added. `DefaultMessageStore` runs its
 //! `putMessageHookList` before `CommitLog.asyncPutMessage`; RocketMQ 5.x uses it to turn a
 //! delay-level or timer message into one for the schedule or timer topic and to check
-//! transaction half messages. Every store has the delay-level hook
-//! ([`crate::schedule::DelayLevelHook`]); a hook says which puts it may act on
-//! ([`PutMessageHook::applies_to`]), and a put none applies to is appended as given, without a
-//! copy.
+//! transaction half messages. A writable store has the timer hook (`crate::timer::hook`) first
+//! and the delay-level hook ([`crate::schedule::DelayLevelHook`]) after it; a hook says which
+//! puts it may act on ([`PutMessageHook::applies_to`]), and a put none applies to is appended as
+//! given, without a copy.
 
 use crate::commitlog::Batch;
 use crate::format::{HostAddr, Message, PutMessageStatus};

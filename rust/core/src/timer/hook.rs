@@ -9,6 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::commitlog::Batch;
 use crate::format::{property, sysflag, Message, PutMessageStatus};
 use crate::store::{PutBatch, PutMessageHook};
 
@@ -93,6 +94,18 @@ pub(crate) fn transform(
     if put.topic.as_str() == TIMER_TOPIC {
         return Ok(());
     }
+    // Without a timer property nothing below changes the message (a malformed DELAY is the
+    // delay-level hook's to refuse).
+    if ![
+        props::TIMER_DELAY_SEC,
+        props::TIMER_DELAY_MS,
+        props::TIMER_DELIVER_MS,
+    ]
+    .iter()
+    .any(|name| props::get(put.properties, name).is_some())
+    {
+        return Ok(());
+    }
     // getDelayTimeLevel: Integer.parseInt of DELAY (a malformed one fails the put in RocketMQ).
     let delay_level = match props::get(put.properties, property::DELAY) {
         None => 0,
@@ -117,9 +130,6 @@ pub(crate) fn transform(
     let sec = props::get(put.properties, props::TIMER_DELAY_SEC);
     let ms = props::get(put.properties, props::TIMER_DELAY_MS);
     let deliver = props::get(put.properties, props::TIMER_DELIVER_MS);
-    if sec.is_none() && ms.is_none() && deliver.is_none() {
-        return Ok(());
-    }
     if !settings.enable {
         return Err(PutMessageStatus::WheelTimerNotEnable);
     }
@@ -185,6 +195,19 @@ impl PutMessageHook for TimerHook {
         )
     }
 
+    /// Only a message with a timer property can be changed or refused (a `DELAY` alone is the
+    /// delay-level hook's): the others are appended without a copy.
+    /// (Nor can a message that has its TIMER_OUT_MS already and no `DELAY`: one the timer
+    /// engine delivers.)
+    fn applies_to(&self, msg: &Message) -> bool {
+        may_act_on(&msg.topic, &msg.properties)
+    }
+
+    /// The same rule on a batch's shared topic and properties.
+    fn applies_to_batch(&self, batch: &Batch<'_>) -> bool {
+        may_act_on(batch.topic, batch.properties)
+    }
+
     /// A batch is a `MessageExtBrokerInner` to RocketMQ's hook too: its shared properties are
     /// transformed as one message's, and every message of it goes to the timer topic.
     fn before_put_batch(&self, batch: &mut PutBatch<'_>) -> Result<(), PutMessageStatus> {
@@ -198,6 +221,26 @@ impl PutMessageHook for TimerHook {
             crate::util::now_millis(),
         )
     }
+}
+
+/// Whether the timer hook may change or refuse a put of `topic` with `properties` (see
+/// [`PutMessageHook::applies_to`] on [`TimerHook`]).
+fn may_act_on(topic: &str, properties: &[(String, String)]) -> bool {
+    if topic == TIMER_TOPIC {
+        return false;
+    }
+    let (mut timer, mut out, mut delay) = (false, false, false);
+    for (k, _) in properties {
+        match k.as_str() {
+            props::TIMER_DELAY_SEC | props::TIMER_DELAY_MS | props::TIMER_DELIVER_MS => {
+                timer = true;
+            }
+            props::TIMER_OUT_MS => out = true,
+            property::DELAY => delay = true,
+            _ => {}
+        }
+    }
+    timer && (!out || delay)
 }
 
 #[cfg(test)]
@@ -385,6 +428,9 @@ mod tests {
             run(&mut p, NOW, &settings()),
             Err(PutMessageStatus::MessageIllegal)
         );
+        // Without a timer property a malformed DELAY is not this hook's.
+        let mut p = put(&[("DELAY", "x")]);
+        run(&mut p, NOW, &settings()).unwrap();
     }
 
     #[test]
@@ -406,6 +452,51 @@ mod tests {
             run(&mut p, NOW, &settings()).unwrap();
             assert_eq!(p.topic == TIMER_TOPIC, moved, "{flag}");
         }
+    }
+
+    #[test]
+    fn a_message_the_hook_does_not_act_on_passes_unchanged() {
+        let hook = TimerHook::new(settings(), None);
+        let cases: &[&[(&str, &str)]] = &[
+            &[],
+            &[("TAGS", "a"), ("KEYS", "k")],
+            &[("DELAY", "3")],
+            &[("DELAY", "bad")],
+            &[("TIMER_OUT_MS", "5"), ("REAL_TOPIC", "x")],
+            &[("TIMER_DEL_UNIQKEY", "k")],
+            // What the engine delivers: TIMER_OUT_MS set, the input properties kept.
+            &[("TIMER_DELAY_MS", "100"), ("TIMER_OUT_MS", "5")],
+        ];
+        for props in cases {
+            let mut m = Message {
+                topic: "TopicA".into(),
+                properties: put(props).properties,
+                ..Message::default()
+            };
+            assert!(!hook.applies_to(&m), "{props:?}");
+            let before = m.clone();
+            hook.before_put(&mut m).unwrap();
+            assert_eq!(
+                (&m.topic, m.queue_id, &m.properties),
+                (&before.topic, before.queue_id, &before.properties),
+                "{props:?}"
+            );
+        }
+        let m = Message {
+            properties: put(&[("TIMER_DELAY_MS", "1")]).properties,
+            ..Message::default()
+        };
+        assert!(hook.applies_to(&m));
+        let m = Message {
+            properties: put(&[
+                ("TIMER_DELAY_MS", "1"),
+                ("TIMER_OUT_MS", "5"),
+                ("DELAY", "1"),
+            ])
+            .properties,
+            ..Message::default()
+        };
+        assert!(hook.applies_to(&m));
     }
 
     #[test]
