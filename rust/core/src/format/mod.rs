@@ -43,7 +43,8 @@ pub use message::{message_id, HostAddr, Message, MessageExt, PutMessageStatus};
 pub(crate) use message::{tags_code, topic_is_legal, MessageLimits};
 pub use properties::property;
 pub(crate) use properties::{
-    find_property, for_each_property, keep_last_of_each, render_properties, DispatchProps,
+    encode_properties, find_property, for_each_property, keep_last_of_each, render_properties,
+    DispatchProps,
 };
 pub use record::{MessageVersion, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH};
 pub(crate) use record::{BORN_HOST_POSITION, SYSFLAG_POSITION};

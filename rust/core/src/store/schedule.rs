@@ -98,6 +98,13 @@ impl MessageStore {
         })?
     }
 
+    /// Puts a message the timer delivers (or rolls) as [`Self::put_time_up`] puts a delay-level
+    /// one: the hooks see `t.msg`, the record keeps `t.stored_props` unless a hook changes it.
+    pub(crate) fn put_delivered(&self, t: TimeUp<'_>) -> Result<AppendResult> {
+        self.writable("put_delivered")?;
+        self.with_open(|o| self.put_time_up(o, t))
+    }
+
     /// Puts a delivered message: the hooks see it as RocketMQ's re-put does (no DELAY, WAIT
     /// false); when none changes it, the record keeps the original's properties string.
     fn put_time_up(&self, o: &Open, t: TimeUp<'_>) -> AppendResult {

@@ -2,10 +2,13 @@
 //! the message read from the timer topic, put to its real topic and queue (or back to the
 //! timer topic when it rolls) with the timer's bookkeeping properties.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 
 use crate::error::Result;
-use crate::format::{property, Message, MessageExt, PutMessageStatus};
+use crate::format::{encode_properties, property, Message, MessageExt, PutMessageStatus};
+use crate::schedule::deliver::TimeUp;
+use crate::schedule::order::java_map_order;
 use crate::store::MessageStore;
 
 use super::{props, Put, TimerEngine};
@@ -22,43 +25,63 @@ impl TimerEngine {
         roll: bool,
         dequeue_time: i64,
     ) -> Result<Put> {
-        // One pass over the stored properties (parsed with Java map semantics: one value a
-        // name): what the put changes is taken out, then set again at the end.
-        let (mut real_topic, mut real_qid, mut roll_times, mut delete) = (None, None, None, false);
-        let mut properties: Vec<(String, String)> = Vec::new();
-        for (k, v) in msg.properties() {
-            match k.as_str() {
-                props::REAL_TOPIC if !roll => real_topic = Some(v),
-                props::REAL_QID if !roll => real_qid = Some(v),
-                props::TIMER_ROLL_TIMES if roll => roll_times = Some(v),
-                props::TIMER_ENQUEUE_MS | props::TIMER_DEQUEUE_MS | property::WAIT => {}
-                _ => {
-                    delete |= k == props::TIMER_DEL_UNIQKEY;
-                    properties.push((k, v));
-                }
-            }
-        }
-        if !roll && delete {
+        // `convert` adds its bookkeeping properties to the stored map (TIMER_ENQUEUE_MS,
+        // TIMER_ROLL_TIMES when rolling, TIMER_DEQUEUE_MS) and `convertMessage` renders that map
+        // as the record's properties string *before* it sets WAIT=false and (delivering)
+        // clears REAL_TOPIC/REAL_QID: the record RocketMQ writes keeps REAL_TOPIC and REAL_QID
+        // and has no WAIT of its own; only the map the put hooks see is cleaned. Both are
+        // built here: `stored` in Java's map order, `view` for the hooks.
+        let mut stored = msg.properties();
+        if !roll && stored.iter().any(|(k, _)| k == props::TIMER_DEL_UNIQKEY) {
             // A delete marker is never delivered.
             return Ok(Put::Dropped);
         }
+        let set = |list: &mut Vec<(String, String)>, name: &str, value: String| match list
+            .iter_mut()
+            .find(|(k, _)| k == name)
+        {
+            Some(entry) => entry.1 = value,
+            None => list.push((name.to_owned(), value)),
+        };
         if enqueue_time != -1 {
-            properties.push((props::TIMER_ENQUEUE_MS.to_owned(), enqueue_time.to_string()));
+            set(
+                &mut stored,
+                props::TIMER_ENQUEUE_MS,
+                enqueue_time.to_string(),
+            );
         }
         if roll {
-            let times = roll_times.and_then(|v| v.parse::<i32>().ok()).unwrap_or(0);
-            properties.push((
-                props::TIMER_ROLL_TIMES.to_owned(),
+            let times = stored
+                .iter()
+                .find(|(k, _)| k == props::TIMER_ROLL_TIMES)
+                .and_then(|(_, v)| v.parse::<i32>().ok())
+                .unwrap_or(0);
+            set(
+                &mut stored,
+                props::TIMER_ROLL_TIMES,
                 times.wrapping_add(1).to_string(),
-            ));
+            );
         }
-        properties.push((props::TIMER_DEQUEUE_MS.to_owned(), dequeue_time.to_string()));
-        properties.push((property::WAIT.to_owned(), "false".to_owned()));
+        set(
+            &mut stored,
+            props::TIMER_DEQUEUE_MS,
+            dequeue_time.to_string(),
+        );
+        let stored = java_map_order(stored, |p| p.0.as_str());
+        let find = |name: &str| {
+            stored
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
         let (topic, queue_id) = if roll {
             (msg.topic().into_owned(), msg.queue_id)
         } else {
-            match (real_topic, real_qid.and_then(|q| q.parse::<i32>().ok())) {
-                (Some(t), Some(q)) => (t, q),
+            match (
+                find(props::REAL_TOPIC),
+                find(props::REAL_QID).and_then(|q| q.parse::<i32>().ok()),
+            ) {
+                (Some(t), Some(q)) => (t.to_owned(), q),
                 _ => {
                     self.counters.dropped.fetch_add(1, Ordering::Relaxed);
                     ::log::warn!(
@@ -70,19 +93,29 @@ impl TimerEngine {
                 }
             }
         };
+        let stored_props = encode_properties(stored.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let mut view: Vec<(String, String)> = stored
+            .into_iter()
+            .filter(|(k, _)| roll || (k != props::REAL_TOPIC && k != props::REAL_QID))
+            .collect();
+        set(&mut view, property::WAIT, "false".to_owned());
         let out = Message {
             topic,
-            body: msg.stored_body().to_vec(),
+            body: Vec::new(),
             queue_id,
             flag: msg.flag,
             sys_flag: msg.stored_sys_flag(),
             born_timestamp: msg.born_timestamp,
             born_host: Some(msg.born_host),
-            properties,
+            properties: view,
             reconsume_times: msg.reconsume_times,
             prepared_transaction_offset: msg.prepared_transaction_offset,
         };
-        let r = store.put_message(&out)?;
+        let r = store.put_delivered(TimeUp {
+            msg: out,
+            body: msg.stored_body(),
+            stored_props: Cow::Owned(stored_props),
+        })?;
         Ok(match r.status {
             // Stored, whatever the replica or force said: putting it again would duplicate it.
             PutMessageStatus::PutOk
