@@ -190,25 +190,38 @@ impl CommitLog {
                 Ok(p) => p,
                 Err(s) => return AppendResult::failed(s),
             };
-        self.append_one(msg, &props, msg.property(crate::format::property::WAIT))
+        self.append_one(
+            msg,
+            &msg.body,
+            &props,
+            msg.property(crate::format::property::WAIT),
+        )
     }
 
-    /// Appends `msg` with `props` as its stored properties string (already a valid one) instead
-    /// of one rendered from `msg.properties`; `wait` is the WAIT value the flush honours. The
-    /// schedule service's re-put writes the properties string RocketMQ's `messageTimeUp` keeps.
+    /// Appends `msg` with `body` (not `msg.body`) and `props` as its stored properties string
+    /// (already a valid one) instead of one rendered from `msg.properties`; `wait` is the WAIT
+    /// value the flush honours. The schedule service's re-put writes the body and properties
+    /// string RocketMQ's `messageTimeUp` keeps, copied from the original record.
     pub(crate) fn put_message_as(
         &self,
         msg: &Message,
+        body: &[u8],
         props: &str,
         wait: Option<&str>,
     ) -> AppendResult {
         if let Err(s) = self.admission() {
             return AppendResult::failed(s);
         }
-        self.append_one(msg, props, wait)
+        self.append_one(msg, body, props, wait)
     }
 
-    fn append_one(&self, msg: &Message, props: &str, wait: Option<&str>) -> AppendResult {
+    fn append_one(
+        &self,
+        msg: &Message,
+        body: &[u8],
+        props: &str,
+        wait: Option<&str>,
+    ) -> AppendResult {
         let mut env = self.envelope(
             &msg.topic,
             msg.queue_id,
@@ -223,7 +236,7 @@ impl CommitLog {
             return AppendResult::failed(s);
         }
         let template = RecordTemplate::new(&env, props);
-        match template.prepare(&msg.body, &self.limits) {
+        match template.prepare(body, &self.limits) {
             Ok(body) => {
                 let r = self.append(&template, std::slice::from_ref(&body));
                 self.handle_disk_flush(r, wait)

@@ -10,15 +10,22 @@ use crate::error::{Result, StoreError};
 use crate::file::mapped_file::MappedFile;
 use crate::format::CqUnit;
 use crate::format::{
-    body_crc_matches, sysflag, tags_code, view_record, DecodedRecord, DispatchProps, MessageExt,
-    RecordCheck,
+    body_crc_matches, sysflag, view_record, DecodedRecord, MessageExt, RecordCheck, RecordView,
 };
 
 impl CommitLog {
     /// Whether the record a consume queue unit of `topic`/`queue_id` points at is that unit's
     /// message, whole: same offset, size, queue, queue offset and tags code. Read-only stores
     /// check the units another process is writing with it.
-    pub(crate) fn record_matches_unit(&self, topic: &str, queue_id: i32, u: &CqUnit) -> bool {
+    /// `unit_tags` gives the tags code dispatch writes for a record (the TAGS hash, or a
+    /// deliver time in the schedule topic).
+    pub(crate) fn record_matches_unit(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        u: &CqUnit,
+        unit_tags: impl Fn(&RecordView<'_>) -> i64,
+    ) -> bool {
         let file = match self.queue.find_by_offset(u.phy_offset) {
             Some(f) => f,
             None => {
@@ -40,7 +47,7 @@ impl CommitLog {
                 && d.queue_id == queue_id
                 && d.queue_offset == u.queue_offset
                 && d.topic == topic.as_bytes()
-                && tags_code(DispatchProps::scan(d.properties).tags) == u.tags_code
+                && unit_tags(&d) == u.tags_code
         })
     }
 

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::file::mapped_file::MappedFile;
-use crate::format::{for_each_property, property, sysflag, tags_code, DispatchProps, RecordView};
+use crate::format::{sysflag, tags_code, DispatchProps, RecordView};
 use crate::index::{IndexBatch, IndexService};
 use crate::queue::consume_queue::ConsumeQueue;
 use crate::queue::store::ConsumeQueueStore;
@@ -142,7 +142,8 @@ pub(crate) fn store_sinks(
 /// Builds the consume queues (`CommitLogDispatcherBuildConsumeQueue`): a unit for each plain or
 /// committed transaction message (PREPARED and ROLLBACK records consume no queue offset). The
 /// tags code is the TAGS hash, except in the schedule topic, whose units hold the deliver time
-/// of a record with a delay level (`checkMessageAndReturnSize`, [`DelayLevels::schedule_tags_code`]).
+/// of a record with a delay level (`checkMessageAndReturnSize`,
+/// [`crate::schedule::record_deliver_time`]).
 pub(crate) struct ConsumeQueueSink {
     cqs: Arc<ConsumeQueueStore>,
     levels: Arc<DelayLevels>,
@@ -177,34 +178,6 @@ impl CqBatch {
     }
 }
 
-impl ConsumeQueueSink {
-    /// The deliver time a schedule-topic record's unit holds, if its DELAY gives one.
-    #[cold]
-    fn schedule_tags_code(&self, d: &RecordView<'_>) -> Option<i64> {
-        let mut delay = None;
-        for_each_property(d.properties, |k, v| {
-            if k == property::DELAY.as_bytes() && !v.is_empty() {
-                delay = Some(v);
-            }
-        });
-        let delay = std::str::from_utf8(delay?).unwrap_or("\u{fffd}");
-        match self.levels.schedule_tags_code(delay, d.store_timestamp) {
-            Ok(code) => code,
-            Err(_) => {
-                // RocketMQ's check fails on such a record (its dispatch stops there); rmqstore
-                // never writes one (the put hook refuses it) and keeps its TAGS hash.
-                log::error!(
-                    target: "rmqstore.reput",
-                    "the schedule-topic record at commitlog offset {} has DELAY {delay:?}, not \
-                     a number: its consume queue unit keeps the TAGS hash",
-                    d.physical_offset
-                );
-                None
-            }
-        }
-    }
-}
-
 impl DispatchSink for ConsumeQueueSink {
     type Batch = CqBatch;
     /// The queue last written and its tail segment, kept between runs and batches.
@@ -230,7 +203,7 @@ impl DispatchSink for ConsumeQueueSink {
         }
         let mut code = cq.tags_code(message.props.tags);
         if cq.schedule_run {
-            if let Some(at) = self.schedule_tags_code(d) {
+            if let Some(at) = crate::schedule::record_deliver_time(&self.levels, d) {
                 code = at;
             }
         }

@@ -1,6 +1,8 @@
 //! One delivery round of a delay level (`DeliverDelayedMessageTimerTask.executeOnTimeUp` with
 //! `syncDeliver`), and the message `messageTimeUp` builds from a schedule-topic record.
 
+use std::borrow::Cow;
+
 use super::levels::{parse_java_int, DelayLevels};
 use super::order::{is_java_map_order, java_map_order};
 use super::{ScheduleStep, HALF_TOPIC, REAL_QID, REAL_TOPIC, SCHEDULE_TOPIC};
@@ -14,14 +16,18 @@ use crate::queue::consume_queue::ConsumeQueue;
 /// keeps them: RocketMQ renders it before clearing).
 pub(crate) const CLEARED: [&str; 3] = [property::DELAY, "TIMER_DELIVER_MS", "TIMER_DELAY_SEC"];
 
-/// A due message rebuilt for its real queue.
-pub(crate) struct TimeUp {
+/// A due message rebuilt for its real queue, borrowing its record.
+pub(crate) struct TimeUp<'a> {
     /// What the put hooks see: RocketMQ's `MessageExtBrokerInner` after `messageTimeUp`
-    /// (properties map without DELAY, TIMER_DELIVER_MS and TIMER_DELAY_SEC, WAIT=false).
+    /// (properties map without DELAY, TIMER_DELIVER_MS and TIMER_DELAY_SEC, WAIT=false), with
+    /// an empty body (the body is `body`; a hook that needs it gets it copied in).
     pub(crate) msg: Message,
+    /// The body as stored.
+    pub(crate) body: &'a [u8],
     /// The properties string written when no hook changes the message: the record's
-    /// properties as RocketMQ's map renders them, before the clearing.
-    pub(crate) stored_props: String,
+    /// properties as RocketMQ's map renders them, before the clearing (the record's own bytes
+    /// when they already are that rendering).
+    pub(crate) stored_props: Cow<'a, str>,
 }
 
 /// Why a due unit is passed over without a delivery.
@@ -52,7 +58,7 @@ fn stored_items(props: &[u8]) -> Vec<(&str, &str)> {
 }
 
 /// `messageTimeUp` for the record `d`: `Err` when the unit is dropped instead.
-pub(crate) fn time_up(d: &DecodedRecord<'_>) -> Result<TimeUp, Drop> {
+pub(crate) fn time_up<'a>(d: &DecodedRecord<'a>) -> Result<TimeUp<'a>, Drop> {
     let Ok(raw) = std::str::from_utf8(d.properties) else {
         return Err(Drop::BadReal);
     };
@@ -88,7 +94,7 @@ pub(crate) fn time_up(d: &DecodedRecord<'_>) -> Result<TimeUp, Drop> {
         && rendered_len == raw.len()
         && is_java_map_order(items.iter().map(|p| p.0))
     {
-        (raw.to_owned(), items)
+        (Cow::Borrowed(raw), items)
     } else {
         let ordered = java_map_order(items, |p| p.0);
         let mut s = String::with_capacity(rendered_len);
@@ -98,7 +104,7 @@ pub(crate) fn time_up(d: &DecodedRecord<'_>) -> Result<TimeUp, Drop> {
             s.push_str(v);
             s.push('\u{2}');
         }
-        (s, ordered)
+        (Cow::Owned(s), ordered)
     };
     let mut view: Vec<(String, String)> = Vec::with_capacity(ordered.len() + 1);
     view.extend(
@@ -114,7 +120,7 @@ pub(crate) fn time_up(d: &DecodedRecord<'_>) -> Result<TimeUp, Drop> {
     Ok(TimeUp {
         msg: Message {
             topic: topic.to_owned(),
-            body: d.body.to_vec(),
+            body: Vec::new(),
             queue_id,
             flag: d.flag,
             sys_flag: d.sys_flag,
@@ -124,6 +130,7 @@ pub(crate) fn time_up(d: &DecodedRecord<'_>) -> Result<TimeUp, Drop> {
             reconsume_times: d.reconsume_times,
             prepared_transaction_offset: 0,
         },
+        body: d.body,
         stored_props,
     })
 }
@@ -156,7 +163,7 @@ pub(crate) fn deliver_round(
     offset: &mut i64,
     max_msgs: usize,
     now: impl Fn() -> i64,
-    mut put: impl FnMut(TimeUp) -> AppendResult,
+    mut put: impl FnMut(TimeUp<'_>) -> AppendResult,
 ) -> ScheduleStep {
     let mut step = ScheduleStep {
         offset: *offset,
@@ -200,10 +207,12 @@ pub(crate) fn deliver_round(
                 stop = true;
                 return false;
             }
-            let rebuilt = commitlog
-                .with_unit_record(u.phy_offset, u.size, time_up)
+            // The put runs while the record is borrowed: its body and properties string are
+            // copied straight from the segment into the new record.
+            let outcome = commitlog
+                .with_unit_record(u.phy_offset, u.size, |d| time_up(d).map(&mut put))
                 .unwrap_or(Err(Drop::Unreadable));
-            match rebuilt {
+            match outcome {
                 Err(why) => {
                     log::error!(
                         target: "rmqstore.schedule",
@@ -221,24 +230,30 @@ pub(crate) fn deliver_round(
                     *offset = u.queue_offset + 1;
                     true
                 }
-                Ok(m) => {
-                    let r = put(m);
-                    if r.status == PutMessageStatus::PutOk {
-                        step.delivered += 1;
-                        *offset = u.queue_offset + 1;
-                        true
-                    } else {
-                        step.status = Some(r.status);
-                        step.next_due_ms = Some(deliver);
-                        stop = true;
-                        false
-                    }
+                Ok(r) if r.status == PutMessageStatus::PutOk => {
+                    step.delivered += 1;
+                    *offset = u.queue_offset + 1;
+                    true
+                }
+                Ok(r) => {
+                    step.status = Some(r.status);
+                    step.next_due_ms = Some(deliver);
+                    stop = true;
+                    false
                 }
             }
         });
         if !visited {
             break;
         }
+    }
+    if step.next_due_ms.is_none() && *offset < max {
+        // Stopped before looking at the next unit (max_msgs 0) or on a unit not readable yet:
+        // its deliver time, when it is there.
+        step.next_due_ms = cq.get(*offset).map(|u| {
+            let t = now();
+            correct_deliver_timestamp(t, u.tags_code, delay_ms)
+        });
     }
     step.offset = *offset;
     step

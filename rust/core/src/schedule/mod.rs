@@ -55,7 +55,7 @@ pub mod recover;
 pub use hook::DelayLevelHook;
 pub use levels::{DelayLevels, DEFAULT_DELAY_LEVELS};
 
-use crate::format::PutMessageStatus;
+use crate::format::{for_each_property, property, PutMessageStatus, RecordView};
 
 /// `TopicValidator.RMQ_SYS_SCHEDULE_TOPIC`.
 pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
@@ -96,4 +96,32 @@ pub struct LevelStats {
     pub pending: i64,
     /// Deliver time (the tags code) of the unit at `offset`, if any.
     pub oldest_due_ms: Option<i64>,
+}
+
+/// The deliver time a schedule-topic record's consume queue unit holds
+/// (`checkMessageAndReturnSize`): from its DELAY, level clamped; `None` when its DELAY is
+/// absent or not above 0 (the unit keeps the TAGS hash). A DELAY that is not a number makes
+/// RocketMQ's check fail (its dispatch stops there); rmqstore never writes one (the put hook
+/// refuses it) and keeps the TAGS hash, logging the record.
+#[cold]
+pub(crate) fn record_deliver_time(levels: &DelayLevels, d: &RecordView<'_>) -> Option<i64> {
+    let mut delay = None;
+    for_each_property(d.properties, |k, v| {
+        if k == property::DELAY.as_bytes() && !v.is_empty() {
+            delay = Some(v);
+        }
+    });
+    let delay = std::str::from_utf8(delay?).unwrap_or("\u{fffd}");
+    match levels.schedule_tags_code(delay, d.store_timestamp) {
+        Ok(code) => code,
+        Err(_) => {
+            log::error!(
+                target: "rmqstore.reput",
+                "the schedule-topic record at commitlog offset {} has DELAY {delay:?}, not a \
+                 number: its consume queue unit keeps the TAGS hash",
+                d.physical_offset
+            );
+            None
+        }
+    }
 }

@@ -230,7 +230,7 @@ impl Copy<'_> {
         else {
             return None;
         };
-        let (mut delay, mut real, mut uniq) = (None, false, None);
+        let (mut delay, mut uniq) = (None, None);
         let (mut has_topic, mut has_qid) = (false, false);
         for_each_property(d.properties, |k, v| {
             if v.is_empty() {
@@ -244,8 +244,7 @@ impl Copy<'_> {
                 _ => {}
             }
         });
-        real |= has_topic && has_qid;
-        if !real {
+        if !(has_topic && has_qid) {
             return None;
         }
         let level = std::str::from_utf8(delay?).ok().and_then(parse_java_int)?;

@@ -47,8 +47,20 @@ impl MessageStore {
                 }
             }
         };
+        let levels = &self.schedule.levels;
+        let schedule = topic == crate::schedule::SCHEDULE_TOPIC;
+        let unit_tags = |d: &crate::format::RecordView<'_>| {
+            let hash =
+                crate::format::tags_code(crate::format::DispatchProps::scan(d.properties).tags);
+            if schedule {
+                crate::schedule::record_deliver_time(levels, d).unwrap_or(hash)
+            } else {
+                hash
+            }
+        };
         cq.refresh_read_only(o.commitlog.min_offset().max(0), |u| {
-            o.commitlog.record_matches_unit(topic, queue_id, u)
+            o.commitlog
+                .record_matches_unit(topic, queue_id, u, unit_tags)
         })?;
         Ok(Some(cq))
     }

@@ -11,6 +11,7 @@ use crate::error::{Result, StoreError};
 use crate::format::Message;
 use crate::queue::consume_queue::ConsumeQueue;
 use crate::schedule::deliver::{deliver_round, TimeUp};
+use crate::schedule::order::java_map_order;
 use crate::schedule::recover::advance_past_copies;
 use crate::schedule::{DelayLevels, LevelStats, ScheduleStep, SCHEDULE_TOPIC};
 use crate::util::now_millis;
@@ -99,22 +100,29 @@ impl MessageStore {
 
     /// Puts a delivered message: the hooks see it as RocketMQ's re-put does (no DELAY, WAIT
     /// false); when none changes it, the record keeps the original's properties string.
-    fn put_time_up(&self, o: &Open, t: TimeUp) -> AppendResult {
+    fn put_time_up(&self, o: &Open, t: TimeUp<'_>) -> AppendResult {
         let TimeUp {
             mut msg,
+            body,
             stored_props,
         } = t;
         if self.put_hooks.iter().any(|h| h.applies_to(&msg)) {
+            msg.body = body.to_vec();
             let before: Message = msg.clone();
             if let Some(refused) = hooks::run(&self.put_hooks, &mut msg, |h, m| h.before_put(m)) {
                 return AppendResult::failed(refused);
             }
             if !same_message(&before, &msg) {
+                // A hook that changes the message renders its properties map again (as
+                // RocketMQ's transforming hooks call `setPropertiesString`): the cleared map,
+                // in the map's order.
+                msg.properties =
+                    java_map_order(std::mem::take(&mut msg.properties), |p| p.0.as_str());
                 return o.commitlog.put_message(&msg);
             }
         }
         o.commitlog
-            .put_message_as(&msg, &stored_props, Some("false"))
+            .put_message_as(&msg, body, &stored_props, Some("false"))
     }
 
     /// Sets each level's progress from a saved table (`delayOffset.json`'s `offsetTable`),
@@ -204,18 +212,22 @@ impl MessageStore {
                     let offset = *self.schedule.lock(level);
                     // A read-only store finds the queues another process writes.
                     let cq = self.readable_queue(o, SCHEDULE_TOPIC, level - 1)?;
-                    let max_offset = cq.as_ref().map_or(0, |cq| cq.max_offset());
+                    let (min_offset, max_offset) = cq
+                        .as_ref()
+                        .map_or((0, 0), |cq| (cq.min_offset(), cq.max_offset()));
+                    // Delivery starts at the queue's minimum when the progress is below it.
+                    let next = offset.max(min_offset);
                     let oldest_due_ms = cq
                         .as_ref()
-                        .filter(|_| offset < max_offset)
-                        .and_then(|cq| cq.get(offset.max(cq.min_offset())))
+                        .filter(|_| next < max_offset)
+                        .and_then(|cq| cq.get(next))
                         .map(|u| u.tags_code);
                     Ok(LevelStats {
                         level,
                         delay_ms: self.schedule.levels.delay_ms(level).unwrap_or(0),
                         offset,
                         max_offset,
-                        pending: (max_offset - offset).max(0),
+                        pending: (max_offset - next).max(0),
                         oldest_due_ms,
                     })
                 })
