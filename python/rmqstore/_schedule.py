@@ -304,6 +304,10 @@ class ScheduleMessageService(ServiceThread):
             self._next_run[level] = mono + self.delay_for_a_while
         else:
             wait_ms = step.next_due_ms - time.time() * 1000
+            if wait_ms <= 0 and not step.delivered and not step.dropped:
+                # Due, yet the round moved nothing (the core's clock read just before the
+                # deliver time): look again shortly rather than spin.
+                wait_ms = 1
             cap_ms = self._delays.get(level, 0)
             self._next_run[level] = mono + max(0.0, min(wait_ms, cap_ms)) / 1000
         if step.delivered and not self.manager.exists:

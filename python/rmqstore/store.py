@@ -594,13 +594,30 @@ class MessageStore:
     def schedule_stats(self) -> list[ScheduleLevelStats]:
         """Every delay level of ``message_delay_level``: its delay, the next offset of its
         ``SCHEDULE_TOPIC_XXXX`` queue to deliver, the queue's end, the messages pending and the
-        deliver time (epoch ms) of the oldest one (None when none is pending)."""
+        deliver time (epoch ms) of the oldest one (None when none is pending). A read-only
+        store raises :class:`~rmqstore.errors.StoreReadOnlyError`."""
+        self._check_schedule("schedule_stats")
         return [ScheduleLevelStats(*row) for row in self._core.schedule_stats()]
 
     def schedule_offsets(self) -> dict[int, int]:
         """Delay level -> the next offset of its queue to deliver (what
-        ``config/delayOffset.json`` holds once persisted)."""
+        ``config/delayOffset.json`` holds once persisted). A read-only store raises
+        :class:`~rmqstore.errors.StoreReadOnlyError`."""
+        self._check_schedule("schedule_offsets")
         return dict(self._core.schedule_offsets())
+
+    def _check_schedule(self, what: str) -> None:
+        if self._forked:
+            raise StoreClosedError(
+                f"{what}: the store was opened by the process this one forked from; a forked "
+                "child cannot use it"
+            )
+        if self._core.read_only:
+            raise StoreReadOnlyError(
+                f"the store is open read-only: {what} needs a store opened for writing (the "
+                "delay levels' progress lives in config/delayOffset.json, which a read-only "
+                "store does not open, and no schedule service runs)"
+            )
 
     # -- read by commitlog offset ----------------------------------------------------------
 

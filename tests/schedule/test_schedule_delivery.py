@@ -257,6 +257,10 @@ def test_read_only_store_runs_no_schedule(open_sched: Open, store_path: Path) ->
     store.close()
     with MessageStore(store_path, read_only=True, message_delay_level="1s 2s") as ro:
         assert "ScheduleMessageService" not in ro.service_stats()
+        with pytest.raises(rmqstore.StoreReadOnlyError, match=r"delayOffset\.json"):
+            ro.schedule_stats()
+        with pytest.raises(rmqstore.StoreReadOnlyError):
+            ro.schedule_offsets()
         time.sleep(0.1)
     assert not (store_path / "config" / "delayOffset.json").exists()
 

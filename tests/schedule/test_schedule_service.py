@@ -110,7 +110,7 @@ def test_first_round_at_once_and_due_messages_go_out(service) -> None:
     time.sleep(0.05)
     calls = _calls(core, 1)
     assert calls
-    assert calls[0][0] - t0 < 0.03
+    assert calls[0][0] - t0 < 0.1  # no FIRST_DELAY_TIME of 1 s
     assert core.offsets[1] == 5
     assert svc.delivered == 5
 
@@ -125,7 +125,7 @@ def test_sleeps_until_the_deliver_time(service) -> None:
     while core.offsets[1] == 0 and time.monotonic() < deadline:
         time.sleep(0.001)
     late = time.time() * 1000 - due
-    assert 0 <= late < 30, late
+    assert 0 <= late < 50, late
     # While waiting, it did not poll every 100 ms: one round at start, one at the due time.
     assert len([c for c in _calls(core, 1) if c[2] == 0]) <= 2
 
@@ -147,7 +147,7 @@ def test_empty_level_polls_every_100ms(service) -> None:
     svc.start()
     time.sleep(0.55)
     n = len(_calls(core, 1))
-    assert 5 <= n <= 7, n
+    assert 4 <= n <= 7, n
     core.add(2, int(time.time() * 1000))
     time.sleep(0.15)
     assert core.offsets[2] == 1
@@ -237,3 +237,21 @@ def test_stop_is_prompt(service) -> None:
     svc.join(2)
     assert not svc.alive
     assert time.monotonic() - t0 < 0.2
+
+
+def test_due_round_without_progress_does_not_spin(service) -> None:
+    # The core says the next message is due but its round moved nothing (its clock read just
+    # before the deliver time): the level is looked at again after a millisecond, not in a
+    # busy loop.
+    class Stuck(FakeCore):
+        def schedule_deliver(self, level: int, max_msgs: int) -> Step:
+            with self.lock:
+                self.calls.append((time.monotonic(), level, 0))
+            return Step(0, 0, 0, int(time.time() * 1000) - 1, None)
+
+    core = Stuck({1: 1000})
+    svc = service(core)
+    svc.start()
+    time.sleep(0.2)
+    n = len(_calls(core, 1))
+    assert 20 <= n <= 250, n
