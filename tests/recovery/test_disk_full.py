@@ -17,9 +17,6 @@ from rmqstore import Message, MessageStore, PutMessageStatus, StoreIOError
 from rmqstore._services import ReputMessageService
 
 SMALL = {
-    # The timer wheel alone takes 38,707,200 bytes (RocketMQ's fixed size): no room on a 4 MiB
-    # disk (tests/timer/test_timer_disk.py has the timer's own full-disk test).
-    "timer_wheel_enable": False,
     "mapped_file_size_commit_log": 1024 * 1024,
     "mapped_file_size_consume_queue": 20 * 200,
     "max_hash_slot_num": 64,

@@ -169,3 +169,24 @@ def test_reopen_delivers_what_was_pending_once(tmp_path: Path) -> None:
         got = read_all(store, "T", 1)
         assert sorted(m.body.decode() for m in got) == [f"r{i}" for i in range(10)]
         assert all(m.store_timestamp >= d for m in got)
+
+
+def test_timer_calls_on_a_disabled_or_read_only_store(tmp_path: Path) -> None:
+    from rmqstore.errors import InvalidArgumentError, StoreReadOnlyError
+
+    path = tmp_path / "s"
+    with (
+        MessageStore(path, **TIMER, timer_wheel_enable=False) as store,
+        pytest.raises(InvalidArgumentError, match="timer_wheel_enable"),
+    ):
+        store.timer_stats()
+    with MessageStore(path, **TIMER) as store:
+        store.put_message(timer_msg("T", "k", TIMER_DELAY_MS="60000"))
+        store.wait_dispatched()
+        with MessageStore(path, **TIMER, read_only=True) as reader:
+            with pytest.raises(StoreReadOnlyError):
+                reader.cancel_timer("T", "k")
+            with pytest.raises(StoreReadOnlyError):
+                reader.timer_stats()
+            # The reader sees the timer topic as any other.
+            assert reader.get_max_offset_in_queue(TIMER_TOPIC, 0) == 1

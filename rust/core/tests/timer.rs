@@ -69,7 +69,8 @@ fn now() -> i64 {
 fn due_messages_reach_their_real_queue_in_deliver_order() {
     let d = TempDir::new("timer", "due");
     let store = MessageStore::open(d.path(), config()).unwrap();
-    let t0 = now();
+    // A minute ahead: however slow this machine, nothing is due before the enqueue below.
+    let t0 = now() + 60_000;
     for (i, delay) in [900, 300, 600, 300].iter().enumerate() {
         let r = store
             .put_message(&msg(
@@ -82,7 +83,7 @@ fn due_messages_reach_their_real_queue_in_deliver_order() {
     }
     drain(&store);
     assert_eq!(queue(&store, TIMER_TOPIC, 0).len(), 4);
-    let e = store.timer_enqueue(t0, 100).unwrap();
+    let e = store.timer_enqueue(now(), 100).unwrap();
     assert_eq!((e.messages, e.logged, e.delivered), (4, 4, 0));
     // Nothing is due before its time.
     let early = store.timer_dequeue(t0 + 100, 100).unwrap();
@@ -348,7 +349,7 @@ fn recovery_relinks_the_wheel_from_the_log_and_cuts_a_torn_tail() {
     use rmqstore_core::format::timer::slot_index;
     let d = TempDir::new("timer", "recover");
     let t0 = now();
-    let deliver = (t0 + 700) / 100 * 100 + 50;
+    let deliver = (t0 + 60_000) / 100 * 100 + 50;
     {
         let store = MessageStore::open(d.path(), config()).unwrap();
         for i in 0..5 {

@@ -3,9 +3,10 @@
 //! `putMessageHookList` before `CommitLog.asyncPutMessage`; RocketMQ 5.x uses it to turn a
 //! delay-level or timer message into one for the schedule or timer topic and to check
 //! transaction half messages. Every store has the delay-level hook
-//! ([`crate::schedule::DelayLevelHook`]); a hook says which puts it may act on
-//! ([`PutMessageHook::applies_to`]), and a put none applies to is appended as given, without a
-//! copy.
+//! ([`crate::schedule::DelayLevelHook`]) and a writable one the timer hook
+//! (`crate::timer::hook`, first); a hook says which puts it may act on
+//! ([`PutMessageHook::applies_to`] and [`PutMessageHook::acts_on`], both by default all), and
+//! a put no hook acts on is appended as given, without a copy.
 
 use crate::commitlog::Batch;
 use crate::format::{HostAddr, Message, PutMessageStatus};
@@ -32,6 +33,14 @@ pub trait PutMessageHook: Send + Sync {
     /// flags). `Err(status)` refuses the put: nothing is appended, the later hooks do not run
     /// and the put returns that status (`executeBeforePutMessage` returning a result).
     fn before_put(&self, msg: &mut Message) -> Result<(), PutMessageStatus>;
+
+    /// Whether [`PutMessageHook::before_put`] may change or refuse `msg`: `false` promises it
+    /// would pass `msg` unchanged, and a put that every hook passes this way is appended
+    /// without copying the message first. By default a hook may act on every message.
+    fn acts_on(&self, msg: &Message) -> bool {
+        let _ = msg;
+        true
+    }
 
     /// The same for a batch put ([`MessageStore::put_messages`](super::MessageStore::put_messages)),
     /// which sees the fields all messages of the batch share. By default a batch passes

@@ -251,7 +251,11 @@ impl MessageStore {
     pub fn put_message(&self, msg: &Message) -> Result<AppendResult> {
         self.writable("put_message")?;
         self.with_open(|o| {
-            if !self.put_hooks.iter().any(|h| h.applies_to(msg)) {
+            if !self
+                .put_hooks
+                .iter()
+                .any(|h| h.applies_to(msg) && h.acts_on(msg))
+            {
                 return o.commitlog.put_message(msg);
             }
             let mut msg = msg.clone();

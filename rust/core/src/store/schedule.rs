@@ -106,7 +106,11 @@ impl MessageStore {
             body,
             stored_props,
         } = t;
-        if self.put_hooks.iter().any(|h| h.applies_to(&msg)) {
+        if self
+            .put_hooks
+            .iter()
+            .any(|h| h.applies_to(&msg) && h.acts_on(&msg))
+        {
             msg.body = body.to_vec();
             let before: Message = msg.clone();
             if let Some(refused) = hooks::run(&self.put_hooks, &mut msg, |h, m| h.before_put(m)) {

@@ -12,53 +12,53 @@ use super::{props, Put, TimerEngine};
 
 impl TimerEngine {
     /// `convert`, `convertMessage` and `doPut`: puts `msg` (read from the timer topic) to its
-    /// real topic and queue, or back to the timer topic when `roll`.
+    /// real topic and queue, or back to the timer topic when `roll`; `dequeue_time` is the
+    /// TIMER_DEQUEUE_MS it gets (the clock read once per slot).
     pub(super) fn deliver(
         &self,
         store: &MessageStore,
         msg: &MessageExt,
         enqueue_time: i64,
         roll: bool,
+        dequeue_time: i64,
     ) -> Result<Put> {
-        let mut properties = msg.properties();
-        if enqueue_time != -1 {
-            props::set(
-                &mut properties,
-                props::TIMER_ENQUEUE_MS,
-                enqueue_time.to_string(),
-            );
+        // One pass over the stored properties (parsed with Java map semantics: one value a
+        // name): what the put changes is taken out, then set again at the end.
+        let (mut real_topic, mut real_qid, mut roll_times, mut delete) = (None, None, None, false);
+        let mut properties: Vec<(String, String)> = Vec::new();
+        for (k, v) in msg.properties() {
+            match k.as_str() {
+                props::REAL_TOPIC if !roll => real_topic = Some(v),
+                props::REAL_QID if !roll => real_qid = Some(v),
+                props::TIMER_ROLL_TIMES if roll => roll_times = Some(v),
+                props::TIMER_ENQUEUE_MS | props::TIMER_DEQUEUE_MS | property::WAIT => {}
+                _ => {
+                    delete |= k == props::TIMER_DEL_UNIQKEY;
+                    properties.push((k, v));
+                }
+            }
         }
-        if roll {
-            let times = props::get(&properties, props::TIMER_ROLL_TIMES)
-                .and_then(|v| v.parse::<i32>().ok())
-                .unwrap_or(0);
-            props::set(
-                &mut properties,
-                props::TIMER_ROLL_TIMES,
-                times.wrapping_add(1).to_string(),
-            );
-        }
-        props::set(
-            &mut properties,
-            props::TIMER_DEQUEUE_MS,
-            crate::util::now_millis().to_string(),
-        );
-        if !roll && props::get(&properties, props::TIMER_DEL_UNIQKEY).is_some() {
+        if !roll && delete {
             // A delete marker is never delivered.
             return Ok(Put::Dropped);
         }
-        props::set(&mut properties, property::WAIT, "false".to_owned());
+        if enqueue_time != -1 {
+            properties.push((props::TIMER_ENQUEUE_MS.to_owned(), enqueue_time.to_string()));
+        }
+        if roll {
+            let times = roll_times.and_then(|v| v.parse::<i32>().ok()).unwrap_or(0);
+            properties.push((
+                props::TIMER_ROLL_TIMES.to_owned(),
+                times.wrapping_add(1).to_string(),
+            ));
+        }
+        properties.push((props::TIMER_DEQUEUE_MS.to_owned(), dequeue_time.to_string()));
+        properties.push((property::WAIT.to_owned(), "false".to_owned()));
         let (topic, queue_id) = if roll {
             (msg.topic().into_owned(), msg.queue_id)
         } else {
-            let topic = props::get(&properties, props::REAL_TOPIC).map(str::to_owned);
-            let qid = props::get(&properties, props::REAL_QID).and_then(|q| q.parse::<i32>().ok());
-            match (topic, qid) {
-                (Some(t), Some(q)) => {
-                    props::remove(&mut properties, props::REAL_TOPIC);
-                    props::remove(&mut properties, props::REAL_QID);
-                    (t, q)
-                }
+            match (real_topic, real_qid.and_then(|q| q.parse::<i32>().ok())) {
+                (Some(t), Some(q)) => (t, q),
                 _ => {
                     self.counters.dropped.fetch_add(1, Ordering::Relaxed);
                     ::log::warn!(

@@ -93,6 +93,18 @@ pub(crate) fn transform(
     if put.topic.as_str() == TIMER_TOPIC {
         return Ok(());
     }
+    // Without a timer property nothing below changes the message (a malformed DELAY is the
+    // delay-level hook's to refuse).
+    if ![
+        props::TIMER_DELAY_SEC,
+        props::TIMER_DELAY_MS,
+        props::TIMER_DELIVER_MS,
+    ]
+    .iter()
+    .any(|name| props::get(put.properties, name).is_some())
+    {
+        return Ok(());
+    }
     // getDelayTimeLevel: Integer.parseInt of DELAY (a malformed one fails the put in RocketMQ).
     let delay_level = match props::get(put.properties, property::DELAY) {
         None => 0,
@@ -117,9 +129,6 @@ pub(crate) fn transform(
     let sec = props::get(put.properties, props::TIMER_DELAY_SEC);
     let ms = props::get(put.properties, props::TIMER_DELAY_MS);
     let deliver = props::get(put.properties, props::TIMER_DELIVER_MS);
-    if sec.is_none() && ms.is_none() && deliver.is_none() {
-        return Ok(());
-    }
     if !settings.enable {
         return Err(PutMessageStatus::WheelTimerNotEnable);
     }
@@ -183,6 +192,28 @@ impl PutMessageHook for TimerHook {
             },
             crate::util::now_millis(),
         )
+    }
+
+    /// Only a message with a timer property can be changed or refused (a `DELAY` alone is the
+    /// delay-level hook's): the others are appended without a copy.
+    /// (Nor can a message that has its TIMER_OUT_MS already and no `DELAY`: one the timer
+    /// engine delivers.)
+    fn acts_on(&self, msg: &Message) -> bool {
+        if msg.topic == TIMER_TOPIC {
+            return false;
+        }
+        let (mut timer, mut out, mut delay) = (false, false, false);
+        for (k, _) in &msg.properties {
+            match k.as_str() {
+                props::TIMER_DELAY_SEC | props::TIMER_DELAY_MS | props::TIMER_DELIVER_MS => {
+                    timer = true;
+                }
+                props::TIMER_OUT_MS => out = true,
+                property::DELAY => delay = true,
+                _ => {}
+            }
+        }
+        timer && (!out || delay)
     }
 
     /// A batch is a `MessageExtBrokerInner` to RocketMQ's hook too: its shared properties are
@@ -385,6 +416,9 @@ mod tests {
             run(&mut p, NOW, &settings()),
             Err(PutMessageStatus::MessageIllegal)
         );
+        // Without a timer property a malformed DELAY is not this hook's.
+        let mut p = put(&[("DELAY", "x")]);
+        run(&mut p, NOW, &settings()).unwrap();
     }
 
     #[test]
@@ -406,6 +440,51 @@ mod tests {
             run(&mut p, NOW, &settings()).unwrap();
             assert_eq!(p.topic == TIMER_TOPIC, moved, "{flag}");
         }
+    }
+
+    #[test]
+    fn a_message_the_hook_does_not_act_on_passes_unchanged() {
+        let hook = TimerHook::new(settings(), None);
+        let cases: &[&[(&str, &str)]] = &[
+            &[],
+            &[("TAGS", "a"), ("KEYS", "k")],
+            &[("DELAY", "3")],
+            &[("DELAY", "bad")],
+            &[("TIMER_OUT_MS", "5"), ("REAL_TOPIC", "x")],
+            &[("TIMER_DEL_UNIQKEY", "k")],
+            // What the engine delivers: TIMER_OUT_MS set, the input properties kept.
+            &[("TIMER_DELAY_MS", "100"), ("TIMER_OUT_MS", "5")],
+        ];
+        for props in cases {
+            let mut m = Message {
+                topic: "TopicA".into(),
+                properties: put(props).properties,
+                ..Message::default()
+            };
+            assert!(!hook.acts_on(&m), "{props:?}");
+            let before = m.clone();
+            hook.before_put(&mut m).unwrap();
+            assert_eq!(
+                (&m.topic, m.queue_id, &m.properties),
+                (&before.topic, before.queue_id, &before.properties),
+                "{props:?}"
+            );
+        }
+        let m = Message {
+            properties: put(&[("TIMER_DELAY_MS", "1")]).properties,
+            ..Message::default()
+        };
+        assert!(hook.acts_on(&m));
+        let m = Message {
+            properties: put(&[
+                ("TIMER_DELAY_MS", "1"),
+                ("TIMER_OUT_MS", "5"),
+                ("DELAY", "1"),
+            ])
+            .properties,
+            ..Message::default()
+        };
+        assert!(hook.acts_on(&m));
     }
 
     #[test]

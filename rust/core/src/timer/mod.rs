@@ -332,7 +332,7 @@ impl TimerEngine {
                         }
                     };
                     if direct {
-                        match self.deliver(store, m, i64::MAX, false)? {
+                        match self.deliver(store, m, i64::MAX, false, crate::util::now_millis())? {
                             Put::Done => step.delivered += 1,
                             Put::Dropped => {}
                             Put::Retry => {
@@ -389,6 +389,8 @@ impl TimerEngine {
         let real_topic_hash = msg
             .property(props::REAL_TOPIC)
             .map_or(0, crate::util::java_hash);
+        // The slot's page first: a unit is never logged for a slot that cannot be written.
+        self.wheel.reserve_slot(delayed)?;
         let slot = self.wheel.slot(delayed);
         let unit = TimerLogUnit {
             size: UNIT_SIZE as i32,
@@ -413,8 +415,7 @@ impl TimerEngine {
         } else {
             slot.first_pos
         };
-        self.wheel.put_slot(delayed, first, pos, num, slot.magic);
-        Ok(())
+        self.wheel.put_slot(delayed, first, pos, num, slot.magic)
     }
 
     /// The units of the slot at `time_ms` (under the wheel lock), walking the chain backwards
@@ -488,6 +489,7 @@ impl TimerEngine {
                     }
                 }
             }
+            let dequeue_time = crate::util::now_millis();
             let done = match d.progress {
                 Some((t, n)) if t == read => n,
                 _ => 0,
@@ -518,7 +520,7 @@ impl TimerEngine {
                     }
                 }
                 let roll = is_roll(u.magic);
-                match self.deliver(store, &msg, u.curr_write_time_ms, roll)? {
+                match self.deliver(store, &msg, u.curr_write_time_ms, roll, dequeue_time)? {
                     Put::Done if roll => step.rolled += 1,
                     Put::Done => step.delivered += 1,
                     Put::Dropped => {}

@@ -123,7 +123,7 @@ impl TimerEngine {
                         None,
                         Some(f.file_from_offset() + position as i64),
                         true,
-                    );
+                    )?;
                 }
                 position += unit;
             }

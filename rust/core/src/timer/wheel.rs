@@ -6,23 +6,37 @@
 //! RocketMQ works on a heap copy of the file and writes changed bytes back at each flush; this
 //! writes the mapping directly, so a killed process leaves every update in the page cache and
 //! a flush only forces it.
+//!
+//! The file is sparse, as RocketMQ makes it (`setLength`): a store that never holds a timer
+//! message spends no disk on it. A page of the mapping is written only once its blocks are
+//! reserved (`fallocate` of that page, remembered in a bitmap filled at open from the file's
+//! data ranges), so a full disk makes an enqueue fail with an error instead of a SIGBUS; a page
+//! never reserved holds only zeros and is read without touching the mapping (on tmpfs even a
+//! read of a hole allocates memory and can fail the same way).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Result, StoreError};
 use crate::format::timer::{slot_index, Slot, SLOTS_TOTAL, SLOT_SIZE, WHEEL_FILE_LEN};
 
+/// Bytes per page of the reservation bitmap.
+const PAGE: i64 = 4096;
+/// Pages of the wheel.
+const PAGES: i64 = WHEEL_FILE_LEN / PAGE;
+
 /// The mapped `timerwheel` of one store.
 pub(crate) struct TimerWheel {
     path: PathBuf,
-    _file: File,
+    file: File,
     map: MmapRaw,
     precision_ms: i64,
+    /// One bit per page: its blocks are reserved (it may hold data).
+    reserved: Vec<AtomicU64>,
 }
 
 impl std::fmt::Debug for TimerWheel {
@@ -72,25 +86,12 @@ impl TimerWheel {
             "timer wheel",
         )?;
         Self::check_len(path, len)?;
-        // Every block of the wheel is reserved, also in a file RocketMQ made (Java's
-        // `setLength` leaves it sparse): a write, or on tmpfs even a read, of a hole through
-        // the mapping on a full disk would be a SIGBUS. A disk without room refuses the open.
-        // SAFETY: plain syscall on an owned descriptor.
-        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, WHEEL_FILE_LEN) };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-                return Err(StoreError::io(
-                    "cannot reserve the 38,707,200 bytes of the timer wheel",
-                    path,
-                    e,
-                ));
-            }
-            if len == 0 {
-                file.set_len(WHEEL_FILE_LEN as u64)
-                    .map_err(|e| StoreError::io("cannot size timer wheel", path, e))?;
-            }
+        if len == 0 {
+            file.set_len(WHEEL_FILE_LEN as u64)
+                .map_err(|e| StoreError::io("cannot size timer wheel", path, e))?;
         }
+        let reserved =
+            data_pages(&file).map_err(|e| StoreError::io("cannot map holes of", path, e))?;
         let map = MmapOptions::new()
             .map_raw(&file)
             .map_err(|e| StoreError::io("cannot map", path, e))?;
@@ -99,9 +100,10 @@ impl TimerWheel {
         }
         Ok(TimerWheel {
             path: path.to_path_buf(),
-            _file: file,
+            file,
             map,
             precision_ms,
+            reserved,
         })
     }
 
@@ -135,6 +137,42 @@ impl TimerWheel {
         }
     }
 
+    fn page_reserved(&self, page: i64) -> bool {
+        self.reserved[(page / 64) as usize].load(Ordering::Acquire) & (1 << (page % 64)) != 0
+    }
+
+    /// Reserves the blocks of the page holding slot `index` before its first write.
+    fn reserve(&self, index: i64) -> Result<()> {
+        let page = index * SLOT_SIZE / PAGE;
+        if self.page_reserved(page) {
+            return Ok(());
+        }
+        // SAFETY: plain syscall on an owned descriptor.
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, page * PAGE, PAGE) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            // A file system without fallocate: nothing better can be done than to write.
+            if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(StoreError::io(
+                    "cannot reserve a page of the timer wheel",
+                    &self.path,
+                    e,
+                ));
+            }
+        }
+        self.reserved[(page / 64) as usize].fetch_or(1 << (page % 64), Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Reserves the blocks of the page holding the slot of `time_ms` (before anything that
+    /// will link to it is written elsewhere).
+    pub(crate) fn reserve_slot(&self, time_ms: i64) -> Result<()> {
+        match self.index(time_ms) {
+            Some(i) => self.reserve(i),
+            None => Ok(()),
+        }
+    }
+
     fn index(&self, time_ms: i64) -> Option<i64> {
         slot_index(time_ms, self.precision_ms)
     }
@@ -144,6 +182,16 @@ impl TimerWheel {
         let Some(i) = self.index(time_ms) else {
             return Slot::BLANK;
         };
+        if !self.page_reserved(i * SLOT_SIZE / PAGE) {
+            // A hole: zeros, read without faulting the page in.
+            return Slot {
+                time_ms: 0,
+                first_pos: 0,
+                last_pos: 0,
+                num: 0,
+                magic: 0,
+            };
+        }
         Slot {
             time_ms: i64::from_be(self.long(i, 0).load(Ordering::Acquire))
                 .wrapping_mul(self.precision_ms),
@@ -165,13 +213,22 @@ impl TimerWheel {
     }
 
     /// `putSlot(timeMs, firstPos, lastPos, num, magic)`.
-    pub(crate) fn put_slot(&self, time_ms: i64, first: i64, last: i64, num: i32, magic: i32) {
+    pub(crate) fn put_slot(
+        &self,
+        time_ms: i64,
+        first: i64,
+        last: i64,
+        num: i32,
+        magic: i32,
+    ) -> Result<()> {
         let Some(i) = self.index(time_ms) else {
-            return;
+            return Ok(());
         };
+        self.reserve(i)?;
         self.put_positions(i, time_ms, first, last);
         self.int(i, 24).store(num.to_be(), Ordering::Release);
         self.int(i, 28).store(magic.to_be(), Ordering::Release);
+        Ok(())
     }
 
     /// `putSlot(timeMs, firstPos, lastPos)`: the count and magic bytes stay as they are.
@@ -192,17 +249,18 @@ impl TimerWheel {
         first: Option<i64>,
         last: Option<i64>,
         force: bool,
-    ) {
+    ) -> Result<()> {
         let Some(i) = self.index(time_ms) else {
-            return;
+            return Ok(());
         };
+        self.reserve(i)?;
         let stored = i64::from_be(self.long(i, 0).load(Ordering::Acquire));
         if stored != time_ms / self.precision_ms {
             if force {
                 let last = last.unwrap_or(-2);
                 self.put_positions(i, time_ms, first.unwrap_or(last), last);
             }
-            return;
+            return Ok(());
         }
         if let Some(first) = first {
             self.long(i, 8).store(first.to_be(), Ordering::Release);
@@ -210,6 +268,7 @@ impl TimerWheel {
         if let Some(last) = last {
             self.long(i, 16).store(last.to_be(), Ordering::Release);
         }
+        Ok(())
     }
 
     /// `checkPhyPos`: the smallest first position among the slots of the whole ring from
@@ -260,6 +319,47 @@ impl TimerWheel {
     }
 }
 
+/// The reservation bitmap of `file`: the pages its data ranges (`SEEK_DATA` / `SEEK_HOLE`)
+/// cover; every page when the file system cannot say.
+fn data_pages(file: &File) -> std::io::Result<Vec<AtomicU64>> {
+    let words = ((PAGES + 63) / 64) as usize;
+    let bits: Vec<AtomicU64> = (0..words).map(|_| AtomicU64::new(0)).collect();
+    let mark = |from: i64, to: i64| {
+        let mut p = from / PAGE;
+        while p * PAGE < to.min(WHEEL_FILE_LEN) {
+            bits[(p / 64) as usize].fetch_or(1 << (p % 64), Ordering::Relaxed);
+            p += 1;
+        }
+    };
+    let fd = file.as_raw_fd();
+    let mut at = 0i64;
+    while at < WHEEL_FILE_LEN {
+        // SAFETY: plain syscalls on an owned descriptor.
+        let data = unsafe { libc::lseek(fd, at, libc::SEEK_DATA) };
+        if data < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                // No data from `at` on.
+                Some(libc::ENXIO) => break,
+                // Holes unknown: take every page as data.
+                Some(libc::EINVAL) => {
+                    mark(0, WHEEL_FILE_LEN);
+                    break;
+                }
+                _ => return Err(e),
+            }
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        mark(data, hole);
+        at = hole;
+    }
+    Ok(bits)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,7 +380,7 @@ mod tests {
         let t = 1_700_000_000_000;
         assert!(w.slot(t).is_blank());
         assert_eq!((w.slot(t).first_pos, w.slot(t).last_pos), (-1, -1));
-        w.put_slot(t, 1, 2, 3, 4);
+        w.put_slot(t, 1, 2, 3, 4).unwrap();
         let s = w.slot(t + 999);
         assert_eq!(
             (s.time_ms, s.first_pos, s.last_pos, s.num, s.magic),
@@ -291,15 +391,15 @@ mod tests {
         assert!(w.slot(later).is_blank());
         assert_eq!(w.raw_slot(later).time_ms, t);
         assert_eq!(w.num(t), 3);
-        w.put_slot(t + 1000, 5, 6, 7, 0);
+        w.put_slot(t + 1000, 5, 6, 7, 0).unwrap();
         assert_eq!(w.all_num(t), 10);
         assert_eq!(w.all_num(t + 1000), 7);
         // reviseSlot: same time sets what is given; another time only with force.
-        w.revise_slot(t, None, Some(9), false);
+        w.revise_slot(t, None, Some(9), false).unwrap();
         assert_eq!((w.slot(t).first_pos, w.slot(t).last_pos), (1, 9));
-        w.revise_slot(later, None, Some(11), false);
+        w.revise_slot(later, None, Some(11), false).unwrap();
         assert_eq!(w.slot(t).last_pos, 9);
-        w.revise_slot(later, None, Some(11), true);
+        w.revise_slot(later, None, Some(11), true).unwrap();
         let s = w.slot(later);
         assert_eq!((s.first_pos, s.last_pos, s.num), (11, 11, 3));
         // checkPhyPos
@@ -315,6 +415,34 @@ mod tests {
         // Reopened, the slots are there.
         let w = TimerWheel::open(&path, 1000).unwrap();
         assert_eq!(w.slot(t + 1000).last_pos, 6);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn the_wheel_is_sparse_and_pages_are_reserved_as_written() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tmp("sparse");
+        let path = d.join("timerwheel");
+        let w = TimerWheel::open(&path, 100).unwrap();
+        let blocks = || std::fs::metadata(&path).unwrap().blocks() * 512;
+        assert!(
+            blocks() < 64 * 1024,
+            "a new wheel takes no space: {}",
+            blocks()
+        );
+        // Holes read as blank slots without touching the mapping.
+        assert_eq!(w.all_num(0), 0);
+        let t = 1_700_000_000_000;
+        w.put_slot(t, 1, 2, 3, 0).unwrap();
+        let after = blocks();
+        assert!((4096..64 * 1024).contains(&after), "{after}");
+        drop(w);
+        // Reopened: the written page is found as data, the rest stays holes.
+        let w = TimerWheel::open(&path, 100).unwrap();
+        assert_eq!(w.slot(t).num, 3);
+        let i = slot_index(t, 100).unwrap();
+        assert!(w.page_reserved(i * SLOT_SIZE / PAGE));
+        assert!(!w.page_reserved((i * SLOT_SIZE / PAGE + 7) % PAGES));
         let _ = std::fs::remove_dir_all(&d);
     }
 
