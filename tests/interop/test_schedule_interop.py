@@ -380,8 +380,8 @@ def test_broker551_schedule_records_equal_rmqstore(
 
     # The broker's schedule records, read by rmqstore with the broker's sizes (the schedule
     # service is not started: nothing may be delivered while reading).
-    # (by the consume queue files and look_message_by_offset: a read-only store's queue check
-    # takes a schedule queue's tag codes for tag hashes, see the xfail test below).
+    # (by the consume queue files and look_message_by_offset, independently of rmqstore's
+    # reading of schedule queues, which the last test checks).
     records = []
     with rmqstore.MessageStore(path, read_only=True, **BROKER_SIZES.rmq(store_host)) as store:
         for qid in range(3):
@@ -502,12 +502,6 @@ def test_scheduled_benchmark_runs(tmp_path: Path) -> None:
         assert r["rmqstore_msgs_per_s"] > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a read-only store checks the tail units of a queue against their records' tag "
-    "hashes (CommitLog::record_matches_unit); a SCHEDULE_TOPIC_XXXX unit holds the deliver time "
-    "there, so the schedule queues of a store RocketMQ wrote read as empty",
-)
 def test_read_only_store_reads_rocketmq498_schedule_queues(
     rocketmq4: JavaHarness, tmp_path: Path
 ) -> None:
@@ -515,7 +509,11 @@ def test_read_only_store_reads_rocketmq498_schedule_queues(
     described = wave("r", 12)
     java_write(rocketmq4, path, described, tmp_path / "w.jsonl")
     want = {lv - 1: n for lv, n in levels_of(delayed(described)).items()}
-    with rmqstore.MessageStore(path, read_only=True, **SIZES.rmq()) as store:
+    # The writer's level table, as its segment sizes: a read-only store checks each schedule
+    # unit's tag code against the deliver time the table gives (store time + the level's delay).
+    with rmqstore.MessageStore(
+        path, read_only=True, message_delay_level=LEVELS, **SIZES.rmq()
+    ) as store:
         got = {
             qid: len(store.get_message("g", SCHEDULE_TOPIC, qid, 0, 64, None).messages)
             for qid in want

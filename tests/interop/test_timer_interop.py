@@ -10,9 +10,9 @@ referee (100 ms precision keeps the tests short).
   5.5.1 broker (its put hook, HookUtils.transformTimerMessage, and its TimerMessageStore); the
   broker delivers a first wave and shuts down with the second pending; rmqstore opens the
   broker's files and delivers exactly the second wave, once.
-- ``test_rmqstore_timer_delivery_writes_the_properties_rocketmq_writes`` (strict xfail): the
-  one difference left, the property names of a copy rmqstore delivers (the round trips above
-  allow exactly that difference for rmqstore's copies, ``RMQSTORE_LACKS``/``RMQSTORE_ADDS``).
+- ``test_rmqstore_timer_delivery_writes_the_properties_rocketmq_writes``: a copy rmqstore
+  delivers has the property names RocketMQ's copy of the same kind of message has, in the same
+  order (REAL_TOPIC/REAL_QID kept, no WAIT, Java's map order).
 """
 
 from __future__ import annotations
@@ -141,25 +141,14 @@ def rmq_put_timer(store: rmqstore.MessageStore, d: dict[str, Any]) -> None:
     assert r.status.name == "PUT_OK", (d, r.status)
 
 
-#: How rmqstore's timer delivery differs from RocketMQ's today (shown by
-#: ``test_rmqstore_timer_delivery_writes_the_properties_rocketmq_writes``): its copies lack
-#: REAL_TOPIC and REAL_QID and carry WAIT=false, where convertMessage's record keeps the former
-#: (cleared from the map only after the properties string was made) and never holds the latter
-#: (setWaitStoreMsgOK runs after it too).
-RMQSTORE_LACKS = {"REAL_TOPIC", "REAL_QID"}
-RMQSTORE_ADDS = {"WAIT"}
-
-
 def check_timer_delivered(
     got: list[dict[str, Any]],
     want: list[dict[str, Any]],
     store_host: str | None,
-    by_rmqstore: frozenset[str] = frozenset(),
 ) -> None:
     """``got`` holds every message of ``want`` once, in its real queue, with its fields, the
     properties it was sent with and what the timer path adds, delivered no earlier than its
-    TIMER_OUT_MS. The copies of the ``by_rmqstore`` seqs may differ from RocketMQ's as
-    ``RMQSTORE_LACKS`` and ``RMQSTORE_ADDS`` say."""
+    TIMER_OUT_MS."""
     by_seq: dict[str, dict[str, Any]] = {}
     for m in got:
         seq = m["properties"]["seq"]
@@ -179,8 +168,7 @@ def check_timer_delivered(
             assert m["storeHost"] == norm_host(store_host)
         props = dict(m["properties"])
         real = (props.get("REAL_TOPIC"), props.get("REAL_QID"))
-        if not (seq in by_rmqstore and real == (None, None)):
-            assert real == (d["topic"], str(d["queueId"])), seq
+        assert real == (d["topic"], str(d["queueId"])), seq
         out_ms = int(props["TIMER_OUT_MS"])
         assert out_ms % PRECISION == 0
         assert m["storeTimestamp"] >= out_ms, seq
@@ -203,9 +191,6 @@ def check_timer_delivered(
             expected_keys.add("KEYS")
         extra = set(props) - expected_keys
         missing = expected_keys - set(props)
-        if seq in by_rmqstore:
-            extra -= RMQSTORE_ADDS
-            missing -= RMQSTORE_LACKS
         assert missing == set(), (seq, missing)
         # A producer adds its own (UNIQ_KEY, CLUSTER, WAIT, ...) to what it sends.
         if store_host is not None:
@@ -249,8 +234,7 @@ def test_rmqstore_timers_rocketmq551_delivers(rocketmq: JavaHarness, tmp_path: P
     check_timer_delivered(run.delivered, second, SIZES.store_host)
     everything = real_messages(path, SIZES.rmq())
     check_queues_gapless(everything)
-    rmq = frozenset(d["properties"]["seq"] for d in first)
-    check_timer_delivered(everything, first + second, SIZES.store_host, by_rmqstore=rmq)
+    check_timer_delivered(everything, first + second, SIZES.store_host)
     check = run.of("timerCheckpoint")[-1]
     assert (
         check["lastTimerQueueOffset"] == check["masterTimerQueueOffset"] == len(first) + len(second)
@@ -298,16 +282,9 @@ def test_broker551_timers_rmqstore_delivers(broker551: BrokerHarness, tmp_path: 
         m["properties"]["seq"] for m in everything if m["storeTimestamp"] <= pending["nowMs"]
     }
     assert by_broker == {d["properties"]["seq"] for d in first}
-    rmq = frozenset(d["properties"]["seq"] for d in second)
-    check_timer_delivered(everything, first + second, None, by_rmqstore=rmq)
+    check_timer_delivered(everything, first + second, None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rmqstore's timer delivery drops REAL_TOPIC/REAL_QID from the delivered record and "
-    "writes WAIT=false; RocketMQ 5.5.1's TimerMessageStore.convertMessage renders the properties "
-    "before it clears the former and sets the latter, so its record keeps REAL_* and has no WAIT",
-)
 def test_rmqstore_timer_delivery_writes_the_properties_rocketmq_writes(
     rocketmq: JavaHarness, tmp_path: Path
 ) -> None:
@@ -323,8 +300,9 @@ def test_rmqstore_timer_delivery_writes_the_properties_rocketmq_writes(
     run = rocketmq.timer_deliver(
         path, SIZES, len(theirs), "--timer-precision-ms", str(PRECISION), "--timeout-ms", "60000"
     )
-    names = {m["properties"]["seq"]: set(m["properties"]) for m in real_messages(path, SIZES.rmq())}
-    java = {m["properties"]["seq"]: set(m["properties"]) for m in run.delivered}
+    ours_read = real_messages(path, SIZES.rmq())
+    names = {m["properties"]["seq"]: list(m["properties"]) for m in ours_read}
+    java = {m["properties"]["seq"]: list(m["properties"]) for m in run.delivered}
     assert sorted(java) == sorted(d["properties"]["seq"] for d in theirs)
     for i in range(6):
         assert names[f"o-{i}"] == java[f"t-{i}"], i
