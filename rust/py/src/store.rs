@@ -790,6 +790,7 @@ impl Store {
         d.set_item("rolled", s.rolled)?;
         d.set_item("deleted", s.deleted)?;
         d.set_item("dropped", s.dropped)?;
+        d.set_item("recovered", s.recovered)?;
         Ok(d)
     }
 
