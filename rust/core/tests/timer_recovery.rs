@@ -79,18 +79,20 @@ fn now() -> i64 {
     rmqstore_core::now_millis()
 }
 
-/// Runs the rounds until `until_ms`, then everything due.
-fn deliver_all(store: &MessageStore, until_ms: i64) {
+/// Runs the rounds until `until_ms`, then everything due; returns how many units the dequeue
+/// passed over (their copies were put before a crash).
+fn deliver_all(store: &MessageStore, until_ms: i64) -> u64 {
     drain(store);
     store.timer_enqueue(until_ms, 100_000).unwrap();
+    let mut recovered = 0;
     let mut t = now();
     while t <= until_ms {
-        store.timer_dequeue(t, 100_000).unwrap();
+        recovered += store.timer_dequeue(t, 100_000).unwrap().recovered;
         drain(store);
         store.timer_enqueue(t, 100_000).unwrap();
         t += 100;
     }
-    store.timer_dequeue(until_ms, 100_000).unwrap();
+    recovered + store.timer_dequeue(until_ms, 100_000).unwrap().recovered
 }
 
 #[test]
@@ -139,7 +141,7 @@ fn work_after_the_checkpoint_is_not_done_twice() {
     crash(store, d.path(), &saved);
 
     let store = MessageStore::open(d.path(), config()).unwrap();
-    deliver_all(&store, t0 + 2_000);
+    assert_eq!(deliver_all(&store, t0 + 2_000), 23);
     let got = arrivals(&store);
     let twice: Vec<_> = got.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "delivered more than once: {twice:?}");
@@ -154,7 +156,7 @@ fn work_after_the_checkpoint_is_not_done_twice() {
 
     // A clean reopen finds nothing to pass over.
     let store = MessageStore::open(d.path(), config()).unwrap();
-    deliver_all(&store, now());
+    assert_eq!(deliver_all(&store, now()), 0);
     assert_eq!(store.timer_stats().unwrap().recovered, 0);
     assert_eq!(arrivals(&store), got);
     store.close().unwrap();
@@ -189,7 +191,7 @@ fn a_roll_after_the_checkpoint_is_not_rolled_twice() {
     crash(store, d.path(), &saved);
 
     let store = MessageStore::open(d.path(), cfg).unwrap();
-    deliver_all(&store, t0 + 3_000);
+    assert_eq!(deliver_all(&store, t0 + 3_000), 5);
     let got = arrivals(&store);
     assert_eq!(got.len(), 5, "{got:?}");
     assert!(got.values().all(|n| *n == 1), "{got:?}");

@@ -156,6 +156,8 @@ pub struct TimerDequeueStep {
     pub rolled: u64,
     /// Messages a delete marker dropped.
     pub deleted: u64,
+    /// Messages passed over because their copy was put before a crash (found at open).
+    pub recovered: u64,
     /// The slot time the next round starts at.
     pub read_time_ms: i64,
     /// The round stopped inside a slot (budget spent or a put refused for now).
@@ -635,7 +637,8 @@ impl TimerEngine {
                 )? {
                     Put::Done if roll => step.rolled += 1,
                     Put::Done => step.delivered += 1,
-                    Put::Dropped | Put::AlreadyDone => {}
+                    Put::AlreadyDone => step.recovered += 1,
+                    Put::Dropped => {}
                     Put::Retry => {
                         d.progress = Some((read, i));
                         step.partial = true;
