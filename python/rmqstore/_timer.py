@@ -88,7 +88,9 @@ class TimerDequeueService(_TimerService):
             return self._round_failed("timer dequeue", self.retry_seconds)
         self._round_ok("timer dequeue")
         self.rounds += 1
-        done = step["delivered"] + step["rolled"] + step["deleted"]
+        # Messages passed over after a crash (delivered before it) are work done too: a round
+        # spent on them goes on at once.
+        done = step["delivered"] + step["rolled"] + step["deleted"] + step["recovered"]
         self.messages += done
         if step["partial"]:
             # The budget ran out (go on at once) or a put was refused for now (pause).

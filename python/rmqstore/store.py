@@ -648,7 +648,10 @@ class MessageStore:
         """The timer engine's state: ``enqueue_offset`` / ``queue_max_offset`` (the
         ``rmq_sys_wheel_timer`` queue), ``read_time_ms`` (next slot to deliver), ``write_time_ms``,
         ``pending`` (messages in the wheel from the read time on), ``timer_log_end``, and totals
-        since open: ``enqueued``, ``delivered``, ``rolled``, ``deleted``, ``dropped``.
+        since open: ``enqueued``, ``delivered``, ``rolled``, ``deleted``, ``dropped``, and
+        ``recovered`` (work done before a crash and found again at open: timer queue messages
+        linked already, copies stored already, a message linked twice into a slot; not
+        repeated).
 
         Raises :class:`~rmqstore.errors.InvalidArgumentError` when ``timer_wheel_enable`` is
         off and :class:`~rmqstore.errors.StoreReadOnlyError` on a read-only store."""

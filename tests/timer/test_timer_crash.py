@@ -1,8 +1,9 @@
 """Timer messages survive SIGKILL: a child puts timer messages while its timer services enqueue
 and deliver them, the parent kills it at random moments, round after round; in the end every
-acknowledged message is delivered to its real queue at or after its deliver time, and the
-duplicates (messages whose enqueue or delivery was after the last timer checkpoint) are
-counted and bounded."""
+acknowledged message is delivered to its real queue at or after its deliver time, and
+duplicates are at most one per kill (a put in flight): what the timer did after its last
+checkpoint (messages linked into the wheel, copies stored) is found again at open and not
+done twice."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from rmqstore import MessageStore
 
 STORE = {
@@ -98,11 +100,10 @@ def _run_and_kill(path: Path, start: int, rng: random.Random) -> dict[str, int]:
     return acked
 
 
-def test_nothing_due_is_lost_across_sigkills(tmp_path: Path) -> None:
-    rng = random.Random(int(os.environ.get("RMQSTORE_CRASH_SEED", "17")))
-    path = tmp_path / "store"
+def _rounds(path: Path, rounds: int, seed: int) -> None:
+    rng = random.Random(seed)
     acked: dict[str, int] = {}
-    for _ in range(6):
+    for _ in range(rounds):
         acked.update(_run_and_kill(path, len(acked), rng))
     assert len(acked) > 100
     with MessageStore(path, **STORE) as store:
@@ -110,9 +111,11 @@ def test_nothing_due_is_lost_across_sigkills(tmp_path: Path) -> None:
         last_due = max(acked.values())
         seen: collections.Counter[str] = collections.Counter()
         arrived: dict[str, int] = {}
+        enqueue_marks: dict[str, list[str]] = collections.defaultdict(list)
         while time.monotonic() < deadline:
             store.wait_dispatched()
             seen.clear()
+            enqueue_marks.clear()
             for q in (0, 1):
                 offset = 0
                 while True:
@@ -122,19 +125,37 @@ def test_nothing_due_is_lost_across_sigkills(tmp_path: Path) -> None:
                     for m in r.messages:
                         key = m.body.decode()
                         seen[key] += 1
+                        enqueue_marks[key].append(m.properties.get("TIMER_ENQUEUE_MS", ""))
                         arrived.setdefault(key, m.store_timestamp)
                     offset = r.next_begin_offset
             if set(acked) <= set(seen) and time.time_ns() // 1_000_000 > last_due + 500:
                 break
             time.sleep(0.05)
-        missing = sorted(set(acked) - set(seen), key=lambda k: int(k[1:]))
-        assert not missing, (
-            f"{len(missing)} acknowledged timer messages never delivered: {missing[:10]}"
-        )
-        early = [k for k in acked if arrived[k] < acked[k]]
-        assert not early, f"delivered before their time: {early[:10]}"
-        duplicates = sum(n - 1 for n in seen.values())
-        print(f"\n{len(acked)} timer messages over 6 kills, {duplicates} duplicates")
-        # Duplicates come only from the work after the last timer checkpoint (100 ms) of each
-        # killed run: a small share, never the bulk.
-        assert duplicates <= len(acked) // 4, (duplicates, len(acked))
+        recovered = store.timer_stats()["recovered"]
+    missing = sorted(set(acked) - set(seen), key=lambda k: int(k[1:]))
+    assert not missing, f"{len(missing)} acknowledged messages never delivered: {missing[:10]}"
+    early = [k for k in acked if arrived[k] < acked[k]]
+    assert not early, f"delivered before their time: {early[:10]}"
+    duplicates = sum(n - 1 for n in seen.values())
+    # A copy carries the TIMER_ENQUEUE_MS of the wheel unit it came from (Long.MAX_VALUE when
+    # delivered at enqueue): two copies with the same value are one unit delivered twice
+    # (re-dequeued), different values are a message enqueued twice (re-enqueued).
+    redequeued = sum(n - len(set(enqueue_marks[k])) for k, n in seen.items())
+    print(
+        f"\n{len(acked)} timer messages over {rounds} kills, {duplicates} duplicates "
+        f"({duplicates - redequeued} re-enqueued, {redequeued} re-dequeued); "
+        f"{recovered} passed over at the last open"
+    )
+    # Each kill may leave one put in flight; everything else done after the last checkpoint
+    # is found again at open (without that, 200-280 duplicates out of 1,900-2,700 messages).
+    assert duplicates <= rounds, (duplicates, duplicates - redequeued, redequeued, len(acked))
+
+
+def test_nothing_due_is_lost_nor_delivered_twice_across_sigkills(tmp_path: Path) -> None:
+    _rounds(tmp_path / "store", rounds=6, seed=int(os.environ.get("RMQSTORE_CRASH_SEED", "17")))
+
+
+@pytest.mark.slow
+def test_sigkill_many_rounds(tmp_path: Path) -> None:
+    _rounds(tmp_path / "a", rounds=40, seed=171)
+    _rounds(tmp_path / "b", rounds=40, seed=172)

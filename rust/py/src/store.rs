@@ -767,6 +767,7 @@ impl Store {
         d.set_item("delivered", s.delivered)?;
         d.set_item("rolled", s.rolled)?;
         d.set_item("deleted", s.deleted)?;
+        d.set_item("recovered", s.recovered)?;
         d.set_item("read_time_ms", s.read_time_ms)?;
         d.set_item("partial", s.partial)?;
         Ok(d)
@@ -790,6 +791,7 @@ impl Store {
         d.set_item("rolled", s.rolled)?;
         d.set_item("deleted", s.deleted)?;
         d.set_item("dropped", s.dropped)?;
+        d.set_item("recovered", s.recovered)?;
         Ok(d)
     }
 

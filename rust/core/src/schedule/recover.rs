@@ -117,7 +117,7 @@ pub(crate) fn first_record_at_or_after(commitlog: &CommitLog, at_ms: i64) -> i64
 
 /// TOTALSIZE and STORETIMESTAMP of the record starting `data` (`None` for the timestamp of a
 /// blank record, `None` in all for what is not a record head).
-fn record_head(data: &[u8]) -> Option<(usize, Option<i64>)> {
+pub(crate) fn record_head(data: &[u8]) -> Option<(usize, Option<i64>)> {
     if data.len() < 8 {
         return None;
     }

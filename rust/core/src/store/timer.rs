@@ -81,6 +81,14 @@ impl MessageStore {
         self.with_open(|o| o.commitlog.message_at(offset, size))?
     }
 
+    /// Calls `f` with the commitlog (the timer's recovery scans it for copies).
+    pub(crate) fn with_timer_commitlog<T>(
+        &self,
+        f: impl FnOnce(&crate::commitlog::CommitLog) -> T,
+    ) -> Result<T> {
+        self.with_open(|o| f(&o.commitlog))
+    }
+
     /// One enqueue round: moves up to `max_msgs` messages of the timer queue into the wheel
     /// (delivering those already due), at time `now_ms`.
     pub fn timer_enqueue(&self, now_ms: i64, max_msgs: usize) -> Result<TimerEnqueueStep> {

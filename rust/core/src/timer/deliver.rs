@@ -11,12 +11,15 @@ use crate::schedule::deliver::TimeUp;
 use crate::schedule::order::java_map_order;
 use crate::store::MessageStore;
 
+use super::dedup::{self, CopyKey};
 use super::{props, Put, TimerEngine};
 
 impl TimerEngine {
     /// `convert`, `convertMessage` and `doPut`: puts `msg` (read from the timer topic) to its
     /// real topic and queue, or back to the timer topic when `roll`; `dequeue_time` is the
-    /// TIMER_DEQUEUE_MS it gets (the clock read once per slot).
+    /// TIMER_DEQUEUE_MS it gets (the clock read once per slot). With `copies` (after a crash,
+    /// see [`dedup`]), a message whose copy is among them is not put again
+    /// ([`Put::AlreadyDone`]) and that copy is taken out.
     pub(super) fn deliver(
         &self,
         store: &MessageStore,
@@ -24,6 +27,7 @@ impl TimerEngine {
         enqueue_time: i64,
         roll: bool,
         dequeue_time: i64,
+        copies: Option<&mut std::collections::HashMap<CopyKey, u32>>,
     ) -> Result<Put> {
         // `convert` adds its bookkeeping properties to the stored map (TIMER_ENQUEUE_MS,
         // TIMER_ROLL_TIMES when rolling, TIMER_DEQUEUE_MS) and `convertMessage` renders that map
@@ -111,6 +115,13 @@ impl TimerEngine {
             reconsume_times: msg.reconsume_times,
             prepared_transaction_offset: msg.prepared_transaction_offset,
         };
+        if let Some(copies) = copies.filter(|c| !c.is_empty()) {
+            let key = CopyKey::of_put(&out, msg.body_crc, msg.stored_body().len());
+            if key.is_some_and(|k| dedup::take(copies, &k)) {
+                self.counters.recovered.fetch_add(1, Ordering::Relaxed);
+                return Ok(Put::AlreadyDone);
+            }
+        }
         let r = store.put_delivered(TimeUp {
             msg: out,
             body: msg.stored_body(),

@@ -15,18 +15,68 @@
 //!   and `config/timercheck` forced in that order (`TimerFlushService`).
 //! - recovery at open ([`TimerEngine::open`]): `TimerMessageStore.recover` (re-link the wheel from
 //!   the timer log after the last flushed position, cut the log at its first bad unit, resume the
-//!   timer queue at the checkpoint), so that a crash loses nothing due; what was delivered or
-//!   enqueued after the last checkpoint may be delivered again.
+//!   timer queue at the checkpoint), so that a crash loses nothing due; then what was done
+//!   after the checkpoint is found again so that it is not done twice (below).
 //!
 //! Files: `hook.rs` (the put hook), `wheel.rs`, `log.rs` and `checkpoint.rs` (the three
-//! files), `recover.rs` (recovery), `deliver.rs` (the put of a due message), `props.rs`
-//! (property names and edits); here the engine, its rounds, flush and stats.
+//! files), `recover.rs` (recovery), `dedup.rs` (what was done after the checkpoint),
+//! `deliver.rs` (the put of a due message), `props.rs` (property names and edits); here the
+//! engine, its rounds, flush and stats.
+//!
+//! # Delivery after a crash: nothing lost, nothing delivered twice
+//!
+//! After a SIGKILL the commitlog, the timer log and the wheel hold everything written (the page
+//! cache survives the process); `config/timercheck` is the last flush's: Q (timer queue
+//! messages below Q were taken by the enqueue) and R (slots below R were delivered whole).
+//! RocketMQ's recovery resumes the enqueue at min(Q, the message after the last unit of the
+//! log) and the dequeue at R, and so does the work after the checkpoint again: a message
+//! linked twice into the wheel is delivered twice, a slot walked again is delivered again.
+//! Without changing any file, the open finds that work ([`dedup`]) and the rounds pass over
+//! it (counted in [`TimerStats::recovered`]):
+//!
+//! 1. *Linked already.* The enqueue takes timer queue messages one at a time in queue order,
+//!    so the units of the log point at messages whose commitlog offsets grow along the log. The
+//!    log is read back from its end to the first unit pointing before the resume point's
+//!    message; the enqueue passes over the messages those units point at instead of linking
+//!    them again.
+//! 2. *Delivered.* The commitlog is read from the first record stored at or after the earlier
+//!    of (the store time of the message the enqueue resumes at) and (the time of the first
+//!    slot from R that holds units), less [`dedup::COPY_SCAN_SLACK_MS`], to its end (an idle
+//!    timer reads nothing, whatever its R). A record with TIMER_OUT_MS, TIMER_ENQUEUE_MS and
+//!    TIMER_DEQUEUE_MS (in its real topic; in the timer topic with TIMER_ROLL_TIMES for a
+//!    roll) is a copy the timer put, and is counted under its key: every
+//!    field the copy takes from its original or its unit and not from the moment of the put
+//!    (topic and queue, born time and host, body CRC and length, flag, TIMER_OUT_MS, UNIQ_KEY,
+//!    TIMER_ROLL_TIMES, and TIMER_ENQUEUE_MS: the write time the unit was appended at, or
+//!    `Long.MAX_VALUE` for a message put at enqueue because it was due already). Copies put
+//!    at enqueue are consulted by the enqueue up to the queue's end at open; copies from the
+//!    wheel by the dequeue for slots up to the latest slot a copy comes from (a copy of a
+//!    slot below R is left out: that slot is never walked again). Before each put the round
+//!    builds the copy as always; if its key is counted, one is taken out and nothing is put.
+//! 3. *Linked twice before.* A store that re-enqueued after a crash (RocketMQ, or an earlier
+//!    rmqstore) can hold two units of one message in one slot: the walk of a slot delivers
+//!    the first unit of each message only (one pass while the slot's units point at growing
+//!    offsets, as they always do when nothing was linked twice).
+//!
+//! Why nothing is missed: a copy from the wheel is put while the write time, which follows
+//! the clock the services pass to the rounds, is past its slot, so a copy of a slot at or
+//! after R is stored at or after the first such slot holding units (a delivered slot keeps
+//! its time and chain in the wheel; the slack covers a clock stepped back); a copy put at
+//! enqueue is appended after its original, and store times grow along the commitlog.
+//!
+//! Why nothing is skipped wrongly: copies are counted, so a key found n times skips n
+//! originals; two originals share a key only when they are one message put twice with the
+//! same born time, the same body and UNIQ_KEY, and then skipping either is the same. A copy
+//! torn by the kill is cut off by commitlog recovery and its original delivered by the walk
+//! again: it was never delivered. Each open scans what was written since about the last
+//! delivered slot; the tables are freed once the rounds pass the work they describe.
 //!
 //! Each round is one call on the caller's thread (Python's service threads pace them). The
 //! wheel lock serialises appends with the moves of the write time and with the reads of a
 //! slot's chain; everything else (reading messages, putting them) runs outside it.
 
 mod checkpoint;
+mod dedup;
 mod deliver;
 pub(crate) mod hook;
 mod log;
@@ -34,7 +84,7 @@ pub(crate) mod props;
 mod recover;
 mod wheel;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -49,6 +99,7 @@ use crate::format::{property, MessageExt};
 use crate::store::MessageStore;
 
 use checkpoint::TimerCheckpoint;
+use dedup::CopyKey;
 use log::TimerLog;
 pub(crate) use wheel::TimerWheel;
 
@@ -105,6 +156,8 @@ pub struct TimerDequeueStep {
     pub rolled: u64,
     /// Messages a delete marker dropped.
     pub deleted: u64,
+    /// Messages passed over because their copy was put before a crash (found at open).
+    pub recovered: u64,
     /// The slot time the next round starts at.
     pub read_time_ms: i64,
     /// The round stopped inside a slot (budget spent or a put refused for now).
@@ -133,6 +186,10 @@ pub struct TimerStats {
     pub deleted: u64,
     /// Messages that could not be delivered and never will (no real topic, refused as illegal).
     pub dropped: u64,
+    /// Timer queue messages and wheel units passed over because the work was done before a
+    /// crash (found at open: a unit already logged, a copy already stored, a unit twice in
+    /// its slot).
+    pub recovered: u64,
 }
 
 /// How a message put went.
@@ -142,6 +199,8 @@ enum Put {
     Dropped,
     /// Refused for now; try again later.
     Retry,
+    /// Its copy was stored before a crash (found at open): not put again.
+    AlreadyDone,
 }
 
 #[derive(Default)]
@@ -151,12 +210,31 @@ struct Counters {
     rolled: AtomicU64,
     deleted: AtomicU64,
     dropped: AtomicU64,
+    recovered: AtomicU64,
+}
+
+/// The enqueue's position and what it passes over after a crash ([`dedup`]).
+#[derive(Default)]
+struct EnqueueState {
+    /// Next timer queue offset to enqueue.
+    offset: i64,
+    /// Commitlog offsets of timer messages the timer log holds a unit for, at or after the
+    /// resume point: not linked into the wheel again.
+    logged: HashSet<i64>,
+    /// Copies put at enqueue after the checkpoint.
+    direct: HashMap<CopyKey, u32>,
+    /// The timer queue's end at open: past it, `logged` and `direct` are dropped.
+    recovery_end: i64,
 }
 
 struct DequeueState {
     read_time_ms: i64,
     /// The slot being delivered and how many of its messages are done.
     progress: Option<(i64, usize)>,
+    /// Copies of wheel units stored after the checkpoint ([`dedup`]): consulted for slots up
+    /// to `copies_until_ms`, dropped once the read time passes it.
+    copies: HashMap<CopyKey, u32>,
+    copies_until_ms: i64,
 }
 
 struct FlushState {
@@ -188,8 +266,8 @@ pub(crate) struct TimerEngine {
     /// Serialises timer log appends and slot updates, moves of the write time and reads of a
     /// slot's chain.
     wheel_lock: Mutex<()>,
-    /// Next timer queue offset to enqueue; its lock makes one enqueue round run at a time.
-    enqueue: Mutex<i64>,
+    /// The enqueue's state; its lock makes one enqueue round run at a time.
+    enqueue: Mutex<EnqueueState>,
     dequeue: Mutex<DequeueState>,
     flush: Mutex<FlushState>,
     curr_write_time_ms: AtomicI64,
@@ -242,10 +320,12 @@ impl TimerEngine {
             log,
             checkpoint,
             wheel_lock: Mutex::new(()),
-            enqueue: Mutex::new(0),
+            enqueue: Mutex::new(EnqueueState::default()),
             dequeue: Mutex::new(DequeueState {
                 read_time_ms: 0,
                 progress: None,
+                copies: HashMap::new(),
+                copies_until_ms: -1,
             }),
             flush: Mutex::new(FlushState {
                 last_commit_read_time_ms: fields.last_read_time_ms,
@@ -294,7 +374,9 @@ impl TimerEngine {
         now_ms: i64,
         max_msgs: usize,
     ) -> Result<TimerEnqueueStep> {
-        let mut offset = self.enqueue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.enqueue.lock().unwrap_or_else(|p| p.into_inner());
+        let st = &mut *state;
+        let offset = &mut st.offset;
         let mut step = TimerEnqueueStep::default();
         self.move_write_time(now_ms);
         let min = store.min_offset_in_queue(TIMER_TOPIC, 0)?;
@@ -308,6 +390,20 @@ impl TimerEngine {
         }
         let units = store.timer_queue_units(*offset, max_msgs)?;
         for u in units {
+            if u.queue_offset >= st.recovery_end && st.recovery_end >= 0 {
+                // Past what was in the timer queue at open: nothing more to pass over.
+                st.logged = HashSet::new();
+                st.direct = HashMap::new();
+                st.recovery_end = -1;
+            }
+            if !st.logged.is_empty() && st.logged.remove(&u.phy_offset) {
+                // Linked into the wheel before the crash.
+                self.counters.recovered.fetch_add(1, Ordering::Relaxed);
+                step.messages += 1;
+                *offset = u.queue_offset + 1;
+                self.commit_queue_offset.store(*offset, Ordering::Release);
+                continue;
+            }
             let msg = match store.timer_message_at(u.phy_offset, u.size) {
                 Ok(Some(m)) => Some(m),
                 Ok(None) => None,
@@ -332,9 +428,18 @@ impl TimerEngine {
                         }
                     };
                     if direct {
-                        match self.deliver(store, m, i64::MAX, false, crate::util::now_millis())? {
+                        let now = crate::util::now_millis();
+                        let copies = Some(&mut st.direct);
+                        match self.deliver(
+                            store,
+                            m,
+                            dedup::DIRECT_ENQUEUE_MS,
+                            false,
+                            now,
+                            copies,
+                        )? {
                             Put::Done => step.delivered += 1,
-                            Put::Dropped => {}
+                            Put::Dropped | Put::AlreadyDone => {}
                             Put::Retry => {
                                 step.stalled = true;
                                 break;
@@ -480,7 +585,8 @@ impl TimerEngine {
                 }
                 continue;
             }
-            let units = self.slot_units(read);
+            let mut units = self.slot_units(read);
+            self.drop_repeated_units(&mut units.normal);
             let mut deleted_keys = HashSet::new();
             for u in &units.delete {
                 if let Ok(Some(m)) = store.timer_message_at(u.offset_py, u.size_py) {
@@ -520,9 +626,18 @@ impl TimerEngine {
                     }
                 }
                 let roll = is_roll(u.magic);
-                match self.deliver(store, &msg, u.curr_write_time_ms, roll, dequeue_time)? {
+                let copies = (read <= d.copies_until_ms).then_some(&mut d.copies);
+                match self.deliver(
+                    store,
+                    &msg,
+                    u.curr_write_time_ms,
+                    roll,
+                    dequeue_time,
+                    copies,
+                )? {
                     Put::Done if roll => step.rolled += 1,
                     Put::Done => step.delivered += 1,
+                    Put::AlreadyDone => step.recovered += 1,
                     Put::Dropped => {}
                     Put::Retry => {
                         d.progress = Some((read, i));
@@ -533,12 +648,36 @@ impl TimerEngine {
             }
             d.progress = None;
             d.read_time_ms = read + p;
+            if d.copies_until_ms >= 0 && read + p > d.copies_until_ms {
+                // Every slot a copy may come from is delivered: nothing more to pass over.
+                d.copies = HashMap::new();
+                d.copies_until_ms = -1;
+            }
             self.commit_read_time_ms.store(read + p, Ordering::Release);
             self.curr_read_time_ms.store(read + p, Ordering::Release);
             step.slots += 1;
         }
         step.read_time_ms = d.read_time_ms;
         Ok(step)
+    }
+
+    /// Drops the units of one slot that point at a message an earlier unit of the slot points at
+    /// (a message linked twice, by a store that re-enqueued after a crash): each is delivered
+    /// once. Units are appended in timer queue order, so the check is one pass unless the
+    /// slot holds such a repeat.
+    fn drop_repeated_units(&self, units: &mut Vec<TimerLogUnit>) {
+        if units.windows(2).all(|w| w[0].offset_py < w[1].offset_py) {
+            return;
+        }
+        let mut seen = HashSet::with_capacity(units.len());
+        let before = units.len();
+        units.retain(|u| seen.insert(u.offset_py));
+        let repeated = (before - units.len()) as u64;
+        if repeated > 0 {
+            self.counters
+                .recovered
+                .fetch_add(repeated, Ordering::Relaxed);
+        }
     }
 
     /// `buildDeleteKey`.
@@ -590,6 +729,7 @@ impl TimerEngine {
             rolled: self.counters.rolled.load(Ordering::Relaxed),
             deleted: self.counters.deleted.load(Ordering::Relaxed),
             dropped: self.counters.dropped.load(Ordering::Relaxed),
+            recovered: self.counters.recovered.load(Ordering::Relaxed),
         })
     }
 }

@@ -2,6 +2,7 @@
 //! the timer log after the last flushed position, the log cut at its first bad unit, the timer
 //! queue resumed at the checkpoint.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use crate::error::Result;
@@ -12,7 +13,7 @@ use crate::format::timer::{
 use crate::format::{be_i32, be_i64};
 use crate::store::MessageStore;
 
-use super::{TimerEngine, TIMER_TOPIC};
+use super::{dedup, EnqueueState, TimerEngine, TIMER_TOPIC};
 
 impl TimerEngine {
     /// `TimerMessageStore.recover`.
@@ -51,12 +52,72 @@ impl TimerEngine {
             // SAFETY: as this function's (no truncation in this pass).
             unsafe { self.recover_and_revise(min_first.max(0), false) }?;
         }
-        *self.enqueue.lock().unwrap_or_else(|p| p.into_inner()) = queue_offset;
+        // What was done after the checkpoint: units logged for messages from the resume point
+        // on, copies stored since the checkpoint (module header of `crate::timer`).
+        let logged = match store.timer_queue_unit(queue_offset)? {
+            Some(u) if queue_offset < max => {
+                let span = u64::try_from(max - queue_offset).unwrap_or(0);
+                dedup::logged_since(&self.log, u.phy_offset, span.saturating_add(1))
+            }
+            _ => HashSet::new(),
+        };
+        // Copies come after their originals (store times grow along the log), a copy from the
+        // wheel after its slot's time (the write time follows the clock): none is stored
+        // before the resume point's message or the first slot from the read time holding
+        // units.
+        let first_direct = match store.timer_queue_unit(queue_offset)? {
+            Some(u) if queue_offset < max => {
+                let ts =
+                    store.with_timer_commitlog(|c| c.store_timestamp_at(u.phy_offset, u.size))?;
+                Some(ts).filter(|t| *t >= 0)
+            }
+            _ => None,
+        };
+        let mut first_slot = None::<i64>;
+        self.wheel.each_slot_from(read_time, |s| {
+            first_slot = Some(first_slot.map_or(s.time_ms, |f| f.min(s.time_ms)));
+        });
+        let since = match (first_direct, first_slot) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let copies = match since {
+            Some(t) if t >= 0 => {
+                let roll_span = self.roll_window_slots.saturating_mul(p);
+                store.with_timer_commitlog(|c| {
+                    dedup::scan_copies(
+                        c,
+                        t.saturating_sub(dedup::COPY_SCAN_SLACK_MS),
+                        read_time,
+                        roll_span,
+                        |ms| self.format_time(ms),
+                    )
+                })?
+            }
+            _ => dedup::Copies {
+                last_slot_ms: -1,
+                ..Default::default()
+            },
+        };
+        let (n_logged, n_direct, n_wheel) = (
+            logged.len(),
+            copies.direct.values().map(|n| u64::from(*n)).sum::<u64>(),
+            copies.wheel.values().map(|n| u64::from(*n)).sum::<u64>(),
+        );
+        *self.enqueue.lock().unwrap_or_else(|p| p.into_inner()) = EnqueueState {
+            offset: queue_offset,
+            logged,
+            direct: copies.direct,
+            recovery_end: max,
+        };
         self.commit_queue_offset
             .store(queue_offset, Ordering::Release);
         {
             let mut d = self.dequeue.lock().unwrap_or_else(|p| p.into_inner());
             d.read_time_ms = read_time;
+            d.progress = None;
+            d.copies = copies.wheel;
+            d.copies_until_ms = copies.last_slot_ms;
         }
         self.commit_read_time_ms.store(read_time, Ordering::Release);
         self.curr_read_time_ms.store(read_time, Ordering::Release);
@@ -64,8 +125,10 @@ impl TimerEngine {
         ::log::info!(
             target: "rmqstore.timer",
             "timer recovered: read time {read_time}, queue offset {queue_offset} (checkpoint {}), \
-             timer log end {process_offset}",
-            ck.last_timer_queue_offset
+             timer log end {process_offset}; done after the checkpoint: {n_logged} messages \
+             logged, {n_direct} delivered at enqueue, {n_wheel} delivered from slots up to {}",
+            ck.last_timer_queue_offset,
+            copies.last_slot_ms
         );
         Ok(())
     }
