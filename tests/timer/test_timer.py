@@ -83,7 +83,9 @@ def test_due_messages_arrive_on_time_in_order(tmp_path: Path) -> None:
         order = [(slot(deliver[k]), int(k[1:])) for k in keys]
         assert order == sorted(order)
         m = got[0]
-        assert m.properties.get("REAL_TOPIC") is None
+        # As RocketMQ's convertMessage writes it: REAL_TOPIC/REAL_QID kept, no WAIT.
+        assert (m.properties.get("REAL_TOPIC"), m.properties.get("REAL_QID")) == ("T", "1")
+        assert "WAIT" not in m.properties
         assert "TIMER_OUT_MS" in m.properties
         assert "TIMER_DEQUEUE_MS" in m.properties
         stats = store.timer_stats()
