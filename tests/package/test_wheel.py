@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 import zipfile
 from pathlib import Path
 
@@ -277,6 +278,14 @@ def test_sdist_builds_a_working_wheel_by_itself(sdist: Path, tmp_path: Path) -> 
         names = tar.getnames()
         tar.extractall(tmp_path / "src", filter="data")
     top = f"rmqstore-{rmqstore.__version__}"
+    # maturin dates every file of the sdist 2006-07-24 (reproducible archives), and cargo
+    # takes a crate whose sources are older than its compiled artifact for up to date: with the
+    # kept target folder below, the wheel would hold the core compiled from an earlier sdist.
+    # Dating the sources now makes cargo compile this sdist's crates (the registry
+    # dependencies, fingerprinted by version, stay compiled).
+    now = time.time()
+    for f in (tmp_path / "src").rglob("*"):
+        os.utime(f, (now, now), follow_symlinks=False)
     for needed in ("pyproject.toml", "Cargo.toml", "Cargo.lock", "README.md"):
         assert f"{top}/{needed}" in names, needed
     assert not [n for n in names if n.split("/")[1] in {"tests", "benches", "target", "dist"}]

@@ -9,6 +9,7 @@ mod message;
 mod schedule;
 mod steps;
 mod store;
+mod timer;
 
 #[pyo3::pymodule]
 mod _rmqstore {

@@ -25,6 +25,7 @@ use crate::message::{
 use crate::steps::{
     AllocationStep, CommitStep, DispatchStep, GroupCommitStep, PoolBuffers, ReadBatchBuffers,
 };
+use crate::timer;
 
 /// The bodies of a batch, readable without the GIL.
 ///
@@ -745,13 +746,7 @@ impl Store {
         #[pyo3(from_py_with = args::max_msgs)] max_msgs: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         let s = self.run(py, |s| s.timer_enqueue(now_ms, max_msgs))?;
-        let d = PyDict::new(py);
-        d.set_item("messages", s.messages)?;
-        d.set_item("logged", s.logged)?;
-        d.set_item("delivered", s.delivered)?;
-        d.set_item("behind", s.behind)?;
-        d.set_item("stalled", s.stalled)?;
-        Ok(d)
+        timer::enqueue_step(py, &s)
     }
 
     /// One dequeue round of the timer: the slots due at `now_ms`, at most `max_msgs` messages.
@@ -762,15 +757,7 @@ impl Store {
         #[pyo3(from_py_with = args::max_msgs)] max_msgs: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         let s = self.run(py, |s| s.timer_dequeue(now_ms, max_msgs))?;
-        let d = PyDict::new(py);
-        d.set_item("slots", s.slots)?;
-        d.set_item("delivered", s.delivered)?;
-        d.set_item("rolled", s.rolled)?;
-        d.set_item("deleted", s.deleted)?;
-        d.set_item("recovered", s.recovered)?;
-        d.set_item("read_time_ms", s.read_time_ms)?;
-        d.set_item("partial", s.partial)?;
-        Ok(d)
+        timer::dequeue_step(py, &s)
     }
 
     fn timer_flush(&self, py: Python<'_>) -> PyResult<()> {
@@ -779,20 +766,7 @@ impl Store {
 
     fn timer_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.run(py, |s| s.timer_stats())?;
-        let d = PyDict::new(py);
-        d.set_item("enqueue_offset", s.enqueue_offset)?;
-        d.set_item("queue_max_offset", s.queue_max_offset)?;
-        d.set_item("read_time_ms", s.read_time_ms)?;
-        d.set_item("write_time_ms", s.write_time_ms)?;
-        d.set_item("pending", s.pending)?;
-        d.set_item("timer_log_end", s.timer_log_end)?;
-        d.set_item("enqueued", s.enqueued)?;
-        d.set_item("delivered", s.delivered)?;
-        d.set_item("rolled", s.rolled)?;
-        d.set_item("deleted", s.deleted)?;
-        d.set_item("dropped", s.dropped)?;
-        d.set_item("recovered", s.recovered)?;
-        Ok(d)
+        timer::stats(py, &s)
     }
 
     /// Puts the delete marker that cancels a pending timer message (RocketMQ's recall).
