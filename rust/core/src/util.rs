@@ -108,6 +108,41 @@ pub(crate) fn check_regular_or_absent(path: &Path, what: &str) -> Result<bool> {
     }
 }
 
+/// Checks, without following links, that the fixed-size file at `path` (checkpoint, timer
+/// wheel, timer checkpoint) is absent, or a regular file that is empty (created, never sized)
+/// or exactly `expected` bytes; `describe` says what that size is made of.
+pub(crate) fn check_fixed_size_or_absent(
+    path: &Path,
+    what: &str,
+    expected: u64,
+    describe: &str,
+) -> Result<()> {
+    if check_regular_or_absent(path, what)? {
+        let len = std::fs::symlink_metadata(path)
+            .map_err(|e| StoreError::io(format!("cannot stat {what}"), path, e))?
+            .len();
+        check_fixed_size(path, what, len, expected, describe)?;
+    }
+    Ok(())
+}
+
+/// A fixed-size file of `len` bytes is empty (just created) or exactly `expected` bytes.
+pub(crate) fn check_fixed_size(
+    path: &Path,
+    what: &str,
+    len: u64,
+    expected: u64,
+    describe: &str,
+) -> Result<()> {
+    if len != 0 && len != expected {
+        return Err(StoreError::corrupted(
+            path,
+            format!("the {what} is {len} bytes, expected {expected}{describe}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks that `path` is absent or a folder (a link to a folder counts: an operator may keep
 /// the commitlog or the index on another disk that way); true if it is there.
 pub(crate) fn check_dir_or_absent(path: &Path, what: &str) -> Result<bool> {

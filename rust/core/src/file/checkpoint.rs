@@ -33,24 +33,11 @@ impl StoreCheckpoint {
     /// Checks `path` before anything is written: absent, or a regular file (not a link or a
     /// folder) of RocketMQ's size.
     pub(crate) fn check(path: &Path) -> Result<()> {
-        if crate::util::check_regular_or_absent(path, "checkpoint file")? {
-            let len = std::fs::symlink_metadata(path)
-                .map_err(|e| StoreError::io("cannot stat", path, e))?
-                .len();
-            Self::check_len(path, len)?;
-        }
-        Ok(())
+        crate::util::check_fixed_size_or_absent(path, "checkpoint file", CHECKPOINT_FILE_SIZE, "")
     }
 
-    /// A checkpoint is empty (just created) or RocketMQ's 4 KiB.
     fn check_len(path: &Path, len: u64) -> Result<()> {
-        if len != 0 && len != CHECKPOINT_FILE_SIZE {
-            return Err(StoreError::corrupted(
-                path,
-                format!("checkpoint is {len} bytes, expected {CHECKPOINT_FILE_SIZE}"),
-            ));
-        }
-        Ok(())
+        crate::util::check_fixed_size(path, "checkpoint file", len, CHECKPOINT_FILE_SIZE, "")
     }
 
     /// Opens (creating if missing) `path`. A file of another size than RocketMQ's 4 KiB is

@@ -22,23 +22,11 @@ impl TimerCheckpoint {
     /// Checks `path` before anything changes: absent, or a regular file of 0 bytes or
     /// RocketMQ's 4 KiB.
     pub(crate) fn check(path: &Path) -> Result<()> {
-        if crate::util::check_regular_or_absent(path, "timer checkpoint")? {
-            let len = std::fs::symlink_metadata(path)
-                .map_err(|e| StoreError::io("cannot stat", path, e))?
-                .len();
-            Self::check_len(path, len)?;
-        }
-        Ok(())
+        crate::util::check_fixed_size_or_absent(path, "timer checkpoint", TIMER_CHECK_FILE_SIZE, "")
     }
 
     fn check_len(path: &Path, len: u64) -> Result<()> {
-        if len != 0 && len != TIMER_CHECK_FILE_SIZE {
-            return Err(StoreError::corrupted(
-                path,
-                format!("timer checkpoint is {len} bytes, expected {TIMER_CHECK_FILE_SIZE}"),
-            ));
-        }
-        Ok(())
+        crate::util::check_fixed_size(path, "timer checkpoint", len, TIMER_CHECK_FILE_SIZE, "")
     }
 
     /// Opens (creating and sizing if missing) `path`; a new file reads as all zeros.

@@ -51,26 +51,22 @@ impl TimerWheel {
     /// Checks `path` before anything changes: absent, or a regular file of 0 bytes (created,
     /// never sized) or exactly RocketMQ's length (`Timer wheel length:... != expected`).
     pub(crate) fn check(path: &Path) -> Result<()> {
-        if crate::util::check_regular_or_absent(path, "timer wheel")? {
-            let len = std::fs::symlink_metadata(path)
-                .map_err(|e| StoreError::io("cannot stat", path, e))?
-                .len();
-            Self::check_len(path, len)?;
-        }
-        Ok(())
+        crate::util::check_fixed_size_or_absent(
+            path,
+            "timer wheel",
+            WHEEL_FILE_LEN as u64,
+            &format!(" (2 x {SLOTS_TOTAL} slots of {SLOT_SIZE} bytes)"),
+        )
     }
 
     fn check_len(path: &Path, len: u64) -> Result<()> {
-        if len != 0 && len != WHEEL_FILE_LEN as u64 {
-            return Err(StoreError::corrupted(
-                path,
-                format!(
-                    "timer wheel is {len} bytes, expected {WHEEL_FILE_LEN} (2 x {SLOTS_TOTAL} \
-                     slots of {SLOT_SIZE} bytes)"
-                ),
-            ));
-        }
-        Ok(())
+        crate::util::check_fixed_size(
+            path,
+            "timer wheel",
+            len,
+            WHEEL_FILE_LEN as u64,
+            &format!(" (2 x {SLOTS_TOTAL} slots of {SLOT_SIZE} bytes)"),
+        )
     }
 
     /// Opens (creating and sizing if needed) the wheel at `path` for `precision_ms`. A new
