@@ -117,7 +117,7 @@ pub(crate) fn first_record_at_or_after(commitlog: &CommitLog, at_ms: i64) -> i64
 
 /// TOTALSIZE and STORETIMESTAMP of the record starting `data` (`None` for the timestamp of a
 /// blank record, `None` in all for what is not a record head).
-pub(crate) fn record_head(data: &[u8]) -> Option<(usize, Option<i64>)> {
+fn record_head(data: &[u8]) -> Option<(usize, Option<i64>)> {
     if data.len() < 8 {
         return None;
     }
@@ -175,6 +175,38 @@ pub(crate) fn advance_past_copies(
         target: "rmqstore.schedule",
         "looking for delivered copies in commitlog [{start}, {end})"
     );
+    for_each_record(commitlog, start, end, |phy, rec| {
+        let Some(d) = view_record(rec) else {
+            return;
+        };
+        if d.topic == SCHEDULE_TOPIC.as_bytes() {
+            return;
+        }
+        let copy = Copy { rec, phy };
+        if let Some(level) = copy.matches(levels, &expected) {
+            let i = (level - 1) as usize;
+            if let Some(e) = &expected[i] {
+                progress[i] = e.index + 1;
+            }
+            found[i] += 1;
+            expected[i] = queues[i]
+                .as_deref()
+                .and_then(|cq| next_original(commitlog, cq, progress[i]));
+        }
+    });
+    found
+}
+
+/// Calls `f(physical offset, record)` for every message record of the commitlog from `start`
+/// (a record start) to the end of what each segment holds, in order; a segment's walk stops at
+/// its end-of-file blank or at bytes that are not a record. Files wholly before `start` or at
+/// or past `end` are not read.
+pub(crate) fn for_each_record(
+    commitlog: &CommitLog,
+    start: i64,
+    end: i64,
+    mut f: impl FnMut(i64, &[u8]),
+) {
     for file in commitlog.queue().files() {
         let base = file.file_from_offset();
         if base + file.file_size() <= start || base >= end {
@@ -183,7 +215,7 @@ pub(crate) fn advance_past_copies(
         let Some(data) = file.read_from(0) else {
             continue;
         };
-        let mut pos = (start - base).max(0) as usize;
+        let mut pos = usize::try_from(start - base).unwrap_or(0);
         while pos < data.len() {
             let Some((size, Some(_))) = record_head(&data[pos..]) else {
                 break;
@@ -191,28 +223,10 @@ pub(crate) fn advance_past_copies(
             let Some(rec) = data.get(pos..pos + size) else {
                 break;
             };
-            if let Some(d) = view_record(rec) {
-                if d.topic != SCHEDULE_TOPIC.as_bytes() {
-                    let copy = Copy {
-                        rec,
-                        phy: base + pos as i64,
-                    };
-                    if let Some(level) = copy.matches(levels, &expected) {
-                        let i = (level - 1) as usize;
-                        if let Some(e) = &expected[i] {
-                            progress[i] = e.index + 1;
-                        }
-                        found[i] += 1;
-                        expected[i] = queues[i]
-                            .as_deref()
-                            .and_then(|cq| next_original(commitlog, cq, progress[i]));
-                    }
-                }
-            }
+            f(base + pos as i64, rec);
             pos += size;
         }
     }
-    found
 }
 
 /// A record that may be a delivered copy.

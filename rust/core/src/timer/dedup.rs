@@ -17,7 +17,7 @@ use crate::format::timer::{is_magic_ok, TIMER_LOG_BLANK_MAGIC, UNIT_SIZE};
 use crate::format::{
     be_i32, be_i64, check_record, for_each_property, HostAddr, Message, RecordCheck,
 };
-use crate::schedule::recover::{first_record_at_or_after, record_head};
+use crate::schedule::recover::{first_record_at_or_after, for_each_record};
 
 use super::log::TimerLog;
 use super::TIMER_TOPIC;
@@ -144,71 +144,54 @@ pub(crate) fn scan_copies(
     };
     let start = first_record_at_or_after(commitlog, since_ms.max(0)).max(commitlog.min_offset());
     let end = commitlog.max_offset();
-    for file in commitlog.queue().files() {
-        let base = file.file_from_offset();
-        if base + file.file_size() <= start || base >= end {
-            continue;
-        }
-        let Some(data) = file.read_from(0) else {
-            continue;
+    for_each_record(commitlog, start, end, |_, rec| {
+        let RecordCheck::Message(d) = check_record(rec, false) else {
+            return;
         };
-        let mut pos = usize::try_from(start - base).unwrap_or(0);
-        while pos < data.len() {
-            let Some((size, Some(_))) = record_head(&data[pos..]) else {
-                break;
-            };
-            let Some(rec) = data.get(pos..pos + size) else {
-                break;
-            };
-            pos += size;
-            let RecordCheck::Message(d) = check_record(rec, false) else {
-                continue;
-            };
-            let mut p = KeyProps::default();
-            for_each_property(d.properties, |k, v| p.take(k, v));
-            let (Some(out_ms), Some(enqueue_ms), Some(_)) = (p.out_ms, p.enqueue_ms, p.dequeue_ms)
-            else {
-                continue;
-            };
-            let roll = d.topic == TIMER_TOPIC.as_bytes();
-            if roll && p.roll_times.is_none() {
-                continue;
-            }
-            let parse = |v: &[u8]| std::str::from_utf8(v).ok()?.parse::<i64>().ok();
-            let (Some(out), Some(enq)) = (parse(out_ms), parse(enqueue_ms)) else {
-                continue;
-            };
-            let key = CopyKey {
-                topic: d.topic.into(),
-                queue_id: d.queue_id,
-                born_timestamp: d.born_timestamp,
-                born_host: d.born_host,
-                body_crc: d.body_crc,
-                body_len: d.body.len(),
-                flag: d.flag,
-                out_ms: out_ms.into(),
-                enqueue_ms: enqueue_ms.into(),
-                uniq_key: p.uniq_key.map(Into::into),
-                roll_times: p.roll_times.map(Into::into),
-            };
-            if enq == DIRECT_ENQUEUE_MS {
-                *copies.direct.entry(key).or_insert(0) += 1;
-                continue;
-            }
-            // The slot the unit was in: the deliver time's, or for a rolled unit at most the
-            // roll span past its write time.
-            let slot = if roll {
-                format_time(enq.saturating_add(roll_span_ms))
-            } else {
-                format_time(out)
-            };
-            if slot < first_slot_ms {
-                continue;
-            }
-            copies.last_slot_ms = copies.last_slot_ms.max(slot);
-            *copies.wheel.entry(key).or_insert(0) += 1;
+        let mut p = KeyProps::default();
+        for_each_property(d.properties, |k, v| p.take(k, v));
+        let (Some(out_ms), Some(enqueue_ms), Some(_)) = (p.out_ms, p.enqueue_ms, p.dequeue_ms)
+        else {
+            return;
+        };
+        let roll = d.topic == TIMER_TOPIC.as_bytes();
+        if roll && p.roll_times.is_none() {
+            return;
         }
-    }
+        let parse = |v: &[u8]| std::str::from_utf8(v).ok()?.parse::<i64>().ok();
+        let (Some(out), Some(enq)) = (parse(out_ms), parse(enqueue_ms)) else {
+            return;
+        };
+        let key = CopyKey {
+            topic: d.topic.into(),
+            queue_id: d.queue_id,
+            born_timestamp: d.born_timestamp,
+            born_host: d.born_host,
+            body_crc: d.body_crc,
+            body_len: d.body.len(),
+            flag: d.flag,
+            out_ms: out_ms.into(),
+            enqueue_ms: enqueue_ms.into(),
+            uniq_key: p.uniq_key.map(Into::into),
+            roll_times: p.roll_times.map(Into::into),
+        };
+        if enq == DIRECT_ENQUEUE_MS {
+            *copies.direct.entry(key).or_insert(0) += 1;
+            return;
+        }
+        // The slot the unit was in: the deliver time's, or for a rolled unit at most the
+        // roll span past its write time.
+        let slot = if roll {
+            format_time(enq.saturating_add(roll_span_ms))
+        } else {
+            format_time(out)
+        };
+        if slot < first_slot_ms {
+            return;
+        }
+        copies.last_slot_ms = copies.last_slot_ms.max(slot);
+        *copies.wheel.entry(key).or_insert(0) += 1;
+    });
     copies
 }
 
