@@ -126,8 +126,30 @@ pub(crate) fn check_fixed_size_or_absent(
     Ok(())
 }
 
+/// Opens the fixed-size file at `path` for reading and writing, creating it empty if missing,
+/// and checks its size as [`check_fixed_size_or_absent`] does; returns it and its length
+/// (0 for a file just created, which the caller sizes).
+pub(crate) fn open_fixed_size_file(
+    path: &Path,
+    what: &str,
+    expected: u64,
+    describe: &str,
+) -> Result<(File, u64)> {
+    let (file, len) = open_store_file_len(
+        path,
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false),
+        what,
+    )?;
+    check_fixed_size(path, what, len, expected, describe)?;
+    Ok((file, len))
+}
+
 /// A fixed-size file of `len` bytes is empty (just created) or exactly `expected` bytes.
-pub(crate) fn check_fixed_size(
+fn check_fixed_size(
     path: &Path,
     what: &str,
     len: u64,

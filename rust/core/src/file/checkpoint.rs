@@ -36,24 +36,12 @@ impl StoreCheckpoint {
         crate::util::check_fixed_size_or_absent(path, "checkpoint file", CHECKPOINT_FILE_SIZE, "")
     }
 
-    fn check_len(path: &Path, len: u64) -> Result<()> {
-        crate::util::check_fixed_size(path, "checkpoint file", len, CHECKPOINT_FILE_SIZE, "")
-    }
-
     /// Opens (creating if missing) `path`. A file of another size than RocketMQ's 4 KiB is
     /// refused, naming it. (RocketMQ 4.x writes only the first three longs; the other two then
     /// read as 0.)
     pub(crate) fn open(path: &Path) -> Result<StoreCheckpoint> {
-        let (file, len) = crate::util::open_store_file_len(
-            path,
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false),
-            "checkpoint file",
-        )?;
-        Self::check_len(path, len)?;
+        let (file, len) =
+            crate::util::open_fixed_size_file(path, "checkpoint file", CHECKPOINT_FILE_SIZE, "")?;
         let mut buf = [0u8; CHECKPOINT_FIELDS_LEN];
         if len != 0 {
             file.read_exact_at(&mut buf, 0)

@@ -2,7 +2,7 @@
 //! 4 KiB page whose first 56 bytes are the fields of [`TimerCheckFields`], written with a plain
 //! write and `fdatasync`.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -25,26 +25,14 @@ impl TimerCheckpoint {
         crate::util::check_fixed_size_or_absent(path, "timer checkpoint", TIMER_CHECK_FILE_SIZE, "")
     }
 
-    fn check_len(path: &Path, len: u64) -> Result<()> {
-        crate::util::check_fixed_size(path, "timer checkpoint", len, TIMER_CHECK_FILE_SIZE, "")
-    }
-
     /// Opens (creating and sizing if missing) `path`; a new file reads as all zeros.
     pub(crate) fn open(path: &Path) -> Result<TimerCheckpoint> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| StoreError::io("cannot create", parent, e))?;
         }
-        let (file, len) = crate::util::open_store_file_len(
-            path,
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false),
-            "timer checkpoint",
-        )?;
-        Self::check_len(path, len)?;
+        let (file, len) =
+            crate::util::open_fixed_size_file(path, "timer checkpoint", TIMER_CHECK_FILE_SIZE, "")?;
         let mut buf = [0u8; TIMER_CHECK_FIELDS_LEN];
         if len != 0 {
             file.read_exact_at(&mut buf, 0)

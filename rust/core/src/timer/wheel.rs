@@ -14,7 +14,7 @@
 //! never reserved holds only zeros and is read without touching the mapping (on tmpfs even a
 //! read of a hole allocates memory and can fail the same way).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
@@ -59,29 +59,15 @@ impl TimerWheel {
         )
     }
 
-    fn check_len(path: &Path, len: u64) -> Result<()> {
-        crate::util::check_fixed_size(
-            path,
-            "timer wheel",
-            len,
-            WHEEL_FILE_LEN as u64,
-            &format!(" (2 x {SLOTS_TOTAL} slots of {SLOT_SIZE} bytes)"),
-        )
-    }
-
     /// Opens (creating and sizing if needed) the wheel at `path` for `precision_ms`. A new
     /// file's blocks are reserved, so a write through the mapping cannot fail for lack of space.
     pub(crate) fn open(path: &Path, precision_ms: i64) -> Result<TimerWheel> {
-        let (file, len) = crate::util::open_store_file_len(
+        let (file, len) = crate::util::open_fixed_size_file(
             path,
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false),
             "timer wheel",
+            WHEEL_FILE_LEN as u64,
+            &format!(" (2 x {SLOTS_TOTAL} slots of {SLOT_SIZE} bytes)"),
         )?;
-        Self::check_len(path, len)?;
         if len == 0 {
             file.set_len(WHEEL_FILE_LEN as u64)
                 .map_err(|e| StoreError::io("cannot size timer wheel", path, e))?;
