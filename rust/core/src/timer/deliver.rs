@@ -14,7 +14,7 @@ use crate::format::{
     PutMessageStatus,
 };
 use crate::schedule::deliver::TimeUp;
-use crate::schedule::order::java_map_order;
+use crate::schedule::order::java_map_order_distinct;
 use crate::store::MessageStore;
 
 use super::dedup::{self, CopyKey};
@@ -262,7 +262,9 @@ impl TimerEngine {
             set(&mut list, props::TIMER_ROLL_TIMES, &roll_times);
         }
         set(&mut list, props::TIMER_DEQUEUE_MS, &dequeue_ms);
-        let stored = java_map_order(list, |p| p.0);
+        // The names are distinct (one per name of the map, the three added by `set`).
+        let mut stored = list;
+        java_map_order_distinct(&mut stored, |p| p.0);
         let (topic, queue_id) = if roll {
             (record.topic, record.queue_id)
         } else {
