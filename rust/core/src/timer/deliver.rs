@@ -354,3 +354,80 @@ impl TimerEngine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::format::{Message, MessageExt};
+    use crate::read::TagFilter;
+    use crate::{MessageStore, StoreConfig};
+
+    fn all(store: &MessageStore, topic: &str, q: i32) -> Vec<MessageExt> {
+        while store.dispatch_step(1 << 20, Duration::ZERO).unwrap().behind > 0 {}
+        store
+            .get_message(topic, q, 0, 32, &TagFilter::all())
+            .unwrap()
+            .messages
+    }
+
+    /// A record naming a property twice takes the read and the general rebuild; its copy is
+    /// the one the record without the repeat gets from the copy-free path.
+    #[test]
+    fn both_paths_write_the_same_copy() {
+        let d = std::env::temp_dir().join(format!("rmqstore-timer-paths-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let cfg = StoreConfig {
+            mapped_file_size_commit_log: 1 << 20,
+            timer_precision_ms: 100,
+            ..StoreConfig::default()
+        };
+        let store = MessageStore::open(&d, cfg).unwrap();
+        let due = crate::util::now_millis() + 60_000;
+        let put = |key: &str, extra: &[(&str, &str)]| {
+            let mut properties = vec![
+                ("UNIQ_KEY".to_owned(), key.to_owned()),
+                ("TIMER_DELIVER_MS".to_owned(), due.to_string()),
+            ];
+            properties.extend(
+                extra
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+            );
+            let m = Message {
+                topic: "Real".into(),
+                body: b"body".to_vec(),
+                queue_id: 1,
+                properties,
+                ..Message::default()
+            };
+            store.put_message(&m).unwrap();
+        };
+        put("key-a", &[("KEYS", "k"), ("X", "2")]);
+        put("key-b", &[("KEYS", "k"), ("X", "1"), ("X", "2")]);
+        let timer = all(&store, crate::timer::TIMER_TOPIC, 0);
+        assert_eq!(timer.len(), 2);
+        // The repeat reached the timer topic's record (so its delivery takes the general path).
+        assert_eq!(timer[1].properties_str().matches("X\u{1}").count(), 2);
+        assert_eq!(timer[0].properties_str().matches("X\u{1}").count(), 1);
+        assert_eq!(
+            store
+                .timer_enqueue(crate::util::now_millis(), 10)
+                .unwrap()
+                .logged,
+            2
+        );
+        assert_eq!(store.timer_dequeue(due + 200, 10).unwrap().delivered, 2);
+        let copies = all(&store, "Real", 1);
+        assert_eq!(copies.len(), 2);
+        let a = copies[0].properties_str().into_owned();
+        let b = copies[1].properties_str().into_owned();
+        assert!(
+            a.contains("UNIQ_KEY\u{1}key-a\u{2}") && a.contains("X\u{1}2\u{2}"),
+            "{a:?}"
+        );
+        assert_eq!(a.replace("key-a", "key-b"), b);
+        store.close().unwrap();
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
