@@ -188,6 +188,13 @@ impl CommitLog {
         }
     }
 
+    /// Whether [`CommitLog::read_message`] gives the record `d` as stored: its body CRC passes
+    /// when reads check it, and its body is not one a read decompresses.
+    pub(crate) fn reads_as_stored(&self, d: &DecodedRecord<'_>) -> bool {
+        (!self.check_crc_on_read || body_crc_matches(d.body, d.body_crc))
+            && !(self.decompress_on_read && d.sys_flag & sysflag::COMPRESSED != 0)
+    }
+
     /// STORETIMESTAMP of the record at `offset` (`pickupStoreTimestamp`), -1 if unreadable.
     pub(crate) fn store_timestamp_at(&self, offset: i64, size: i32) -> i64 {
         if offset < self.min_offset() || offset + i64::from(size) > self.max_offset() {

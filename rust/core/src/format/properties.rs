@@ -18,12 +18,18 @@ pub mod property {
     pub const KEY_SEPARATOR: char = ' ';
 }
 
-/// `messageProperties2String`: `name \x01 value \x02` for every entry.
+/// `messageProperties2String`: `name \x01 value \x02` for every entry (the string allocated
+/// once, at its length).
 pub(crate) fn encode_properties<'a, I>(props: I) -> String
 where
-    I: IntoIterator<Item = (&'a str, &'a str)>,
+    I: IntoIterator<Item = (&'a str, &'a str)> + Clone,
 {
-    let mut out = String::new();
+    let len = props
+        .clone()
+        .into_iter()
+        .map(|(k, v)| k.len() + v.len() + 2)
+        .sum();
+    let mut out = String::with_capacity(len);
     for (k, v) in props {
         out.push_str(k);
         out.push(NAME_VALUE_SEPARATOR);

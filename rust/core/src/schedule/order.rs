@@ -42,6 +42,30 @@ pub(crate) fn java_map_order<T, F: Fn(&T) -> &str>(items: Vec<T>, name: F) -> Ve
     put
 }
 
+/// [`java_map_order`] of items whose names are distinct, in place: a stable insertion sort on
+/// the buckets (computed once) for the few dozen items a message has, without allocating.
+pub(crate) fn java_map_order_distinct<T>(items: &mut [T], name: impl Fn(&T) -> &str) {
+    const SMALL: usize = 32;
+    if items.len() > SMALL {
+        let mask = capacity_for(items.len()) - 1;
+        items.sort_by_cached_key(|p| spread(name(p)) & mask);
+        return;
+    }
+    let mask = capacity_for(items.len()) - 1;
+    let mut buckets = [0u32; SMALL];
+    for (b, p) in buckets.iter_mut().zip(items.iter()) {
+        *b = spread(name(p)) & mask;
+    }
+    for i in 1..items.len() {
+        let mut j = i;
+        while j > 0 && buckets[j - 1] > buckets[j] {
+            buckets.swap(j - 1, j);
+            items.swap(j - 1, j);
+            j -= 1;
+        }
+    }
+}
+
 /// Whether `names` (distinct) are already in a `HashMap<>(128)`'s order.
 pub(crate) fn is_java_map_order<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> bool {
     let mask = capacity_for(names.len()) - 1;
@@ -81,6 +105,18 @@ mod tests {
         let got = java_map_order(vec![("A", "1"), ("B", "2"), ("A", "3")], |p| p.0);
         assert_eq!(got.len(), 2);
         assert!(got.contains(&("A", "3")));
+    }
+
+    #[test]
+    fn distinct_names_sort_in_place_as_the_map_orders_them() {
+        for n in [0usize, 1, 2, 7, 31, 32, 33, 120] {
+            // Names in an order unlike the map's, some sharing a bucket.
+            let names: Vec<String> = (0..n).rev().map(|i| format!("P{i}")).collect();
+            let mut got: Vec<&str> = names.iter().map(String::as_str).collect();
+            java_map_order_distinct(&mut got, |n| n);
+            let want = java_map_order(names.iter().map(String::as_str).collect(), |n| n);
+            assert_eq!(got, want, "{n} names");
+        }
     }
 
     /// Orders printed by Java 17's `HashMap<>(128)` for the same puts.

@@ -107,7 +107,7 @@ impl MessageStore {
 
     /// Puts a delivered message: the hooks see it as RocketMQ's re-put does (no DELAY, WAIT
     /// false); when none changes it, the record keeps the original's properties string.
-    fn put_time_up(&self, o: &Open, t: TimeUp<'_>) -> AppendResult {
+    pub(super) fn put_time_up(&self, o: &Open, t: TimeUp<'_>) -> AppendResult {
         let TimeUp {
             mut msg,
             body,

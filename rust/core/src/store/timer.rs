@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use crate::commitlog::AppendResult;
 use crate::error::{Result, StoreError};
-use crate::format::{property, CqUnit, Message, MessageExt};
+use crate::format::{property, CqUnit, DecodedRecord, Message, MessageExt};
+use crate::schedule::deliver::TimeUp;
 use crate::timer::hook::TimerHook;
 use crate::timer::{
     props, TimerDequeueStep, TimerEngine, TimerEnqueueStep, TimerSettings, TimerStats, TIMER_TOPIC,
@@ -79,6 +80,32 @@ impl MessageStore {
     /// The message of the record at `offset` of `size` bytes (`getMessageByCommitOffset`).
     pub(crate) fn timer_message_at(&self, offset: i64, size: i32) -> Result<Option<MessageExt>> {
         self.with_open(|o| o.commitlog.message_at(offset, size))?
+    }
+
+    /// Calls `f` with the record of `size` bytes at `offset`, borrowed from its segment, and a
+    /// put of a delivered message ([`Self::put_delivered`]) to make while it is borrowed; `None`
+    /// (without calling `f`) when [`Self::timer_message_at`] would not give that record as
+    /// stored (unreadable, a failed CRC check, a body the read decompresses).
+    pub(crate) fn with_timer_record<T>(
+        &self,
+        offset: i64,
+        size: i32,
+        f: impl FnOnce(&DecodedRecord<'_>, &mut dyn FnMut(TimeUp<'_>) -> Result<AppendResult>) -> T,
+    ) -> Result<Option<T>> {
+        self.with_open(|o| {
+            o.commitlog
+                .with_unit_record(offset, size, |d| {
+                    if !o.commitlog.reads_as_stored(d) {
+                        return None;
+                    }
+                    let mut put = |t: TimeUp<'_>| {
+                        self.writable("put_delivered")?;
+                        Ok(self.put_time_up(o, t))
+                    };
+                    Some(f(d, &mut put))
+                })
+                .flatten()
+        })
     }
 
     /// Calls `f` with the commitlog (the timer's recovery scans it for copies).

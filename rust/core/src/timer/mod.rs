@@ -95,7 +95,7 @@ use crate::format::timer::{
     is_delete, is_roll, TimerCheckFields, TimerLogUnit, MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL,
     SLOTS_TOTAL, TIMER_BLANK_SLOTS, UNIT_SIZE,
 };
-use crate::format::{property, MessageExt};
+use crate::format::MessageExt;
 use crate::store::MessageStore;
 
 use checkpoint::TimerCheckpoint;
@@ -606,35 +606,23 @@ impl TimerEngine {
                     step.partial = true;
                     break 'slots;
                 }
-                let msg = match store.timer_message_at(u.offset_py, u.size_py) {
-                    Ok(Some(m)) => m,
-                    Ok(None) | Err(StoreError::CorruptRecord { .. }) => {
+                let copies = (read <= d.copies_until_ms).then_some(&mut d.copies);
+                let put = match self.deliver_unit(store, u, &deleted_keys, dequeue_time, copies)? {
+                    deliver::Unit::Unreadable => {
                         self.counters.dropped.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
-                    Err(e) => return Err(e),
+                    deliver::Unit::Deleted => {
+                        budget -= 1;
+                        step.deleted += 1;
+                        self.counters.deleted.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    deliver::Unit::Put(put) => put,
                 };
                 budget -= 1;
-                if !deleted_keys.is_empty() {
-                    if let Some(uniq) = msg.property(property::UNIQ_KEY) {
-                        let key = self.delete_key(msg.property(props::REAL_TOPIC), uniq);
-                        if deleted_keys.contains(&key) {
-                            step.deleted += 1;
-                            self.counters.deleted.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                    }
-                }
                 let roll = is_roll(u.magic);
-                let copies = (read <= d.copies_until_ms).then_some(&mut d.copies);
-                match self.deliver(
-                    store,
-                    &msg,
-                    u.curr_write_time_ms,
-                    roll,
-                    dequeue_time,
-                    copies,
-                )? {
+                match put {
                     Put::Done if roll => step.rolled += 1,
                     Put::Done => step.delivered += 1,
                     Put::AlreadyDone => step.recovered += 1,
