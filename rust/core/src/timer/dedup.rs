@@ -237,24 +237,13 @@ pub(crate) fn logged_since(log: &TimerLog, from_phy: i64, max_units: u64) -> Has
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::timer::{TimerLogUnit, MAGIC_DEFAULT};
 
     #[test]
     fn logged_since_reads_the_log_back_across_segments_to_the_resume_point() {
         let d = std::env::temp_dir().join(format!("rmqstore-timerdedup-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         let log = TimerLog::load(&d, 1024).unwrap();
-        let mut unit = TimerLogUnit {
-            size: 52,
-            prev_pos: -1,
-            magic: MAGIC_DEFAULT,
-            curr_write_time_ms: 0,
-            delay_time: 0,
-            offset_py: 0,
-            size_py: 100,
-            real_topic_hash: 0,
-            reserved: 0,
-        };
+        let mut unit = crate::timer::log::test_unit(100);
         // 50 units (19 a segment, a filler closing each full one), messages 100 bytes apart.
         for i in 0..50 {
             unit.offset_py = 100 * i;

@@ -109,27 +109,33 @@ impl TimerLog {
     }
 }
 
+/// A default unit of a message of `size_py` bytes at commitlog offset 0 (tests).
+#[cfg(test)]
+pub(crate) fn test_unit(size_py: i32) -> TimerLogUnit {
+    TimerLogUnit {
+        size: 52,
+        prev_pos: -1,
+        magic: crate::format::timer::MAGIC_DEFAULT,
+        curr_write_time_ms: 0,
+        delay_time: 0,
+        offset_py: 0,
+        size_py,
+        real_topic_hash: 0,
+        reserved: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::timer::{MAGIC_DEFAULT, TIMER_LOG_BLANK_MAGIC};
+    use crate::format::timer::TIMER_LOG_BLANK_MAGIC;
 
     #[test]
     fn appends_roll_with_a_filler_like_timer_log_test() {
         let d = std::env::temp_dir().join(format!("rmqstore-timerlog-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         let log = TimerLog::load(&d, 1024).unwrap();
-        let mut unit = TimerLogUnit {
-            size: 52,
-            prev_pos: -1,
-            magic: MAGIC_DEFAULT,
-            curr_write_time_ms: 0,
-            delay_time: 0,
-            offset_py: 0,
-            size_py: 1,
-            real_topic_hash: 0,
-            reserved: 0,
-        };
+        let mut unit = test_unit(1);
         let mut positions = Vec::new();
         for i in 0..110 {
             unit.offset_py = i;
