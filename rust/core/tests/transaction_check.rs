@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::TempDir;
 use rmqstore_core::format::{check_record, property, sysflag, HostAddr, RecordCheck};
+use rmqstore_core::read::TagFilter;
 use rmqstore_core::transaction::{
     CheckParams, CheckStep, TxTarget, CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC,
 };
@@ -39,6 +40,13 @@ fn drain(store: &MessageStore) {
 
 fn now() -> i64 {
     rmqstore_core::now_millis()
+}
+
+/// The clock once everything stored so far is at least a millisecond old (so a round does not
+/// meet it as stored at its start).
+fn later() -> i64 {
+    std::thread::sleep(Duration::from_millis(2));
+    now()
 }
 
 fn msg(topic: &str, key: &str, born: i64, extra: &[(&str, &str)]) -> Message {
@@ -80,15 +88,23 @@ fn params(now_ms: i64) -> CheckParams {
     }
 }
 
+/// A round at `now_ms`, or later: a round starting in the millisecond a half was stored in
+/// would stop at it as fresh (`storeTimestamp >= startTime`), so the clock is moved past the
+/// last store first.
 fn check(store: &MessageStore, now_ms: i64) -> CheckStep {
     drain(store);
-    let s = store.transaction_check(params(now_ms), usize::MAX).unwrap();
+    std::thread::sleep(Duration::from_millis(2));
+    let s = store
+        .transaction_check(params(now_ms.max(now())), usize::MAX)
+        .unwrap();
     drain(store);
     s
 }
 
 fn flush_ops(store: &MessageStore) {
-    store.transaction_flush_ops(now(), 4096, 3000, true).unwrap();
+    store
+        .transaction_flush_ops(now(), 4096, 3000, true)
+        .unwrap();
     drain(store);
 }
 
@@ -113,7 +129,7 @@ impl Rec {
             .filter_map(|i| i.split_once('\u{1}'))
             .filter(|(k, _)| *k == name)
             .map(|(_, v)| v)
-            .last()
+            .next_back()
     }
 
     fn names(&self) -> Vec<&str> {
@@ -149,10 +165,18 @@ fn record(store: &MessageStore, offset: i64) -> Rec {
 /// The messages of `topic` queue 0 (commitlog offsets).
 fn queue(store: &MessageStore, topic: &str) -> Vec<i64> {
     drain(store);
-    let r = store
-        .get_message("G", topic, 0, 0, 10_000, None)
-        .unwrap();
-    r.messages.iter().map(|m| m.commit_log_offset).collect()
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let r = store
+            .get_message(topic, 0, offset, 32, &TagFilter::all())
+            .unwrap();
+        if r.messages.is_empty() {
+            return out;
+        }
+        offset = r.next_begin_offset;
+        out.extend(r.messages.iter().map(|m| m.commit_log_offset));
+    }
 }
 
 #[test]
@@ -218,7 +242,10 @@ fn a_copy_is_the_half_with_its_check_count_incremented_in_the_maps_order() {
     assert_eq!(m.queue_id, 2);
     assert_eq!(m.property("__transactionId__"), Some(id.as_str()));
     // No half there: None.
-    assert!(store.transaction_message(s.to_check[0] + 1).unwrap().is_none());
+    assert!(store
+        .transaction_message(s.to_check[0] + 1)
+        .unwrap()
+        .is_none());
     assert!(store.transaction_message(-5).unwrap().is_none());
     assert!(store.transaction_message(1 << 40).unwrap().is_none());
 }
@@ -231,20 +258,35 @@ fn discard_by_check_count_moves_the_half_to_the_max_time_topic() {
     let (h, _) = prepare(&store, "a", old, &[]);
     let p = CheckParams {
         check_max: 2,
-        ..params(now())
+        ..params(later())
     };
     drain(&store);
     let s1 = store.transaction_check(p, usize::MAX).unwrap();
     drain(&store);
     let s2 = store
-        .transaction_check(CheckParams { now_ms: now() + 1, ..p }, usize::MAX)
+        .transaction_check(
+            CheckParams {
+                now_ms: later(),
+                ..p
+            },
+            usize::MAX,
+        )
         .unwrap();
     drain(&store);
     assert_eq!((s1.to_check.len(), s2.to_check.len()), (1, 1));
     let c2 = s2.to_check[0];
-    assert_eq!(record(&store, c2).prop("TRANSACTION_CHECK_TIMES"), Some("2"));
+    assert_eq!(
+        record(&store, c2).prop("TRANSACTION_CHECK_TIMES"),
+        Some("2")
+    );
     let s3 = store
-        .transaction_check(CheckParams { now_ms: now() + 2, ..p }, usize::MAX)
+        .transaction_check(
+            CheckParams {
+                now_ms: later(),
+                ..p
+            },
+            usize::MAX,
+        )
         .unwrap();
     assert_eq!(s3.to_check, Vec::<i64>::new());
     assert_eq!(s3.discarded, vec![c2]);
@@ -262,7 +304,13 @@ fn discard_by_check_count_moves_the_half_to_the_max_time_topic() {
     drain(&store);
     assert!(store.pending_transactions(10).unwrap().is_empty());
     let s4 = store
-        .transaction_check(CheckParams { now_ms: now() + 3, ..p }, usize::MAX)
+        .transaction_check(
+            CheckParams {
+                now_ms: later(),
+                ..p
+            },
+            usize::MAX,
+        )
         .unwrap();
     assert!(s4.to_check.is_empty() && s4.discarded.is_empty());
 }
@@ -291,10 +339,15 @@ fn the_walk_stops_at_a_fresh_or_young_half() {
     let store = open(d.path());
     let t = now();
     let (_, _) = prepare(&store, "old", t - 60_000, &[]);
+    later();
     let (young, _) = prepare(&store, "young", t, &[]);
     let (_, _) = prepare(&store, "after", t - 60_000, &[]);
     drain(&store);
-    let stored_young = store.look_message_by_offset(young).unwrap().unwrap().store_timestamp;
+    let stored_young = store
+        .look_message_by_offset(young)
+        .unwrap()
+        .unwrap()
+        .store_timestamp;
     // The round started before the young half was stored: fresh.
     let s = store
         .transaction_check(params(stored_young), usize::MAX)
@@ -308,12 +361,24 @@ fn the_walk_stops_at_a_fresh_or_young_half() {
         .unwrap();
     assert_eq!((s.to_check.len(), s.examined, s.done), (0, 1, true));
     assert_eq!(store.transaction_offsets().unwrap().0, 1);
-    // Past the timeout: checked, and the one after it too.
+    // Past the timeout: checked, then the one after it, then the first round's copy of the
+    // old half (stored before this round).
     drain(&store);
     let s = store
         .transaction_check(params(t + 6001), usize::MAX)
         .unwrap();
-    assert_eq!(s.to_check.len(), 2);
+    assert_eq!((s.to_check.len(), s.examined), (3, 3));
+    let counts: Vec<String> = s
+        .to_check
+        .iter()
+        .map(|&c| {
+            record(&store, c)
+                .prop("TRANSACTION_CHECK_TIMES")
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(counts, vec!["1", "1", "2"]);
 }
 
 #[test]
@@ -407,7 +472,9 @@ fn a_commit_written_before_a_crash_is_found_and_only_its_op_is_written() {
     assert_eq!(ops.len(), 1);
     assert_eq!(record(&store, ops[0]).body, b"0,");
     assert_eq!(queue(&store, "Orders").len(), 0); // queue 0 of Orders: nothing
-    let real = store.get_message("G", "Orders", 2, 0, 100, None).unwrap();
+    let real = store
+        .get_message("Orders", 2, 0, 100, &TagFilter::all())
+        .unwrap();
     assert_eq!(real.messages.len(), 1);
     assert_eq!(store.transaction_stats().unwrap().already_committed, 1);
     // The transaction is ended: ending it again is refused, nothing pending.
@@ -428,7 +495,9 @@ fn the_pending_list_holds_the_latest_copy_of_each_unresolved_transaction() {
     drain(&store);
     let p = store.pending_transactions(10).unwrap();
     assert_eq!(
-        p.iter().map(|t| t.transaction_id.as_str()).collect::<Vec<_>>(),
+        p.iter()
+            .map(|t| t.transaction_id.as_str())
+            .collect::<Vec<_>>(),
         vec![id0.as_str(), id2.as_str()]
     );
     assert_eq!(p[0].check_times, 0);
@@ -459,12 +528,12 @@ fn max_to_check_ends_a_round_with_more_to_do() {
         prepare(&store, &format!("k{k}"), old, &[]);
     }
     drain(&store);
-    let s = store.transaction_check(params(now()), 2).unwrap();
+    let s = store.transaction_check(params(later()), 2).unwrap();
     assert_eq!((s.to_check.len(), s.done), (2, false));
     assert_eq!(store.transaction_offsets().unwrap().0, 2);
-    let s = store.transaction_check(params(now()), 2).unwrap();
+    let s = store.transaction_check(params(later()), 2).unwrap();
     assert_eq!((s.to_check.len(), s.done), (2, false));
-    let s = store.transaction_check(params(now()), 2).unwrap();
+    let s = store.transaction_check(params(later()), 2).unwrap();
     assert_eq!((s.to_check.len(), s.done), (1, true));
     assert_eq!(store.transaction_offsets().unwrap().0, 5);
 }
@@ -474,7 +543,13 @@ fn progress_is_clamped_and_empty_queues_are_a_quiet_round() {
     let d = TempDir::new("txcheck", "bounds");
     let store = open(d.path());
     let s = store.transaction_check(params(now()), 10).unwrap();
-    assert_eq!(s, CheckStep { done: true, ..CheckStep::default() });
+    assert_eq!(
+        s,
+        CheckStep {
+            done: true,
+            ..CheckStep::default()
+        }
+    );
     assert_eq!(store.transaction_offsets().unwrap(), (0, 0));
     assert!(store.pending_transactions(10).unwrap().is_empty());
     let old = now() - 60_000;
@@ -493,35 +568,43 @@ fn progress_is_clamped_and_empty_queues_are_a_quiet_round() {
 fn a_damaged_half_is_logged_and_passed() {
     let d = TempDir::new("txcheck", "damaged");
     let old = now() - 60_000;
-    let (h0, h1) = {
+    {
         let store = open(d.path());
-        let (h0, _) = prepare(&store, "a", old, &[]);
-        let (h1, _) = prepare(&store, "b", old, &[]);
+        prepare(&store, "a", old, &[]);
+        prepare(&store, "b", old, &[]);
+        // A record of the half topic that is no half (no id, no real topic): judged as any
+        // half, copied, never a panic.
+        let bare = Message {
+            topic: HALF_TOPIC.into(),
+            body: b"bare".to_vec(),
+            born_timestamp: old,
+            ..Message::default()
+        };
+        assert!(store.put_message(&bare).unwrap().is_ok());
+        prepare(&store, "c", old, &[]);
         drain(&store);
         store.close().unwrap();
-        (h0, h1)
-    };
-    // Spoil the first half's magic code in the segment; its consume queue unit stays.
-    let seg = d.path().join("commitlog").join(format!("{:020}", 0));
-    let mut bytes = std::fs::read(&seg).unwrap();
-    bytes[h0 as usize + 4..h0 as usize + 8].copy_from_slice(&[0, 0, 0, 0]);
-    std::fs::write(&seg, &bytes).unwrap();
-    let cq_len = {
-        let store = MessageStore::open(d.path(), config());
-        // The store may refuse or truncate at the damage; either way nothing panics.
-        match store {
-            Ok(store) => {
-                let s = check(&store, now());
-                let after = store.transaction_offsets().unwrap();
-                assert!(after.0 >= 1, "{s:?} {after:?}");
-                let _ = store.pending_transactions(10).unwrap();
-                let _ = store.transaction_message(h0).unwrap();
-                s.to_check.len()
-            }
-            Err(_) => 0,
-        }
-    };
-    let _ = (h1, cq_len);
+    }
+    // The first unit of the half queue gives a size its record does not have.
+    let cq = d
+        .path()
+        .join("consumequeue")
+        .join(HALF_TOPIC)
+        .join("0")
+        .join(format!("{:020}", 0));
+    let mut units = std::fs::read(&cq).unwrap();
+    units[8..12].copy_from_slice(&7i32.to_be_bytes());
+    std::fs::write(&cq, &units).unwrap();
+    let store = open(d.path());
+    let s = check(&store, now());
+    assert_eq!(s.examined, 4, "{s:?}");
+    assert_eq!(s.to_check.len(), 3, "{s:?}");
+    assert_eq!(store.transaction_offsets().unwrap().0, 4);
+    let bare_copy = record(&store, s.to_check[1]);
+    assert_eq!(bare_copy.body, b"bare");
+    assert_eq!(bare_copy.prop("TRANSACTION_CHECK_TIMES"), Some("1"));
+    let p = store.pending_transactions(10).unwrap();
+    assert_eq!(p.len(), 3, "{p:?}");
 }
 
 #[test]

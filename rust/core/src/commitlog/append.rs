@@ -302,7 +302,11 @@ impl CommitLog {
     /// `handleDiskFlush`: in SYNC_FLUSH mode a put returns once its bytes are forced, or with
     /// FLUSH_DISK_TIMEOUT after `syncFlushTimeout` (the message is stored either way); a message
     /// whose WAIT property is "false" does not wait.
-    pub(super) fn handle_disk_flush(&self, mut r: AppendResult, wait: Option<&str>) -> AppendResult {
+    pub(super) fn handle_disk_flush(
+        &self,
+        mut r: AppendResult,
+        wait: Option<&str>,
+    ) -> AppendResult {
         if self.pool.is_some() && !self.sync_flush && self.wake_commit_on_put && r.is_ok() {
             self.commits.request();
         }

@@ -67,11 +67,6 @@ impl EncodedRecords {
         self.slots.is_empty()
     }
 
-    /// Bytes of all records held.
-    pub(crate) fn bytes(&self) -> usize {
-        self.buf.len()
-    }
-
     pub(crate) fn clear(&mut self) {
         self.buf.clear();
         self.slots.clear();

@@ -21,7 +21,7 @@ mod read;
 mod recovery;
 
 pub use append::{AppendResult, Batch};
-pub(crate) use append_records::{EncodedRecords, Placed};
+pub(crate) use append_records::EncodedRecords;
 pub(crate) use check::{queue_fields_are_legal, queue_position_is_legal};
 pub(crate) use flush::CommitRequests;
 pub use flush::CommitStep;

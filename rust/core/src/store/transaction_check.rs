@@ -37,8 +37,8 @@ use crate::transaction::check::{
     calculate_op_offset, judge, CheckParams, CheckStep, LastOps, OpMap, Verdict, OP_CHUNK,
 };
 use crate::transaction::copy::{
-    copy_envelope, discard_message, map_items, parse_java_int, HalfProps,
-    TRANSACTION_CHECK_TIMES, TRAN_PREPARED_QUEUE_OFFSET,
+    copy_envelope, discard_message, map_items, parse_java_int, HalfProps, TRANSACTION_CHECK_TIMES,
+    TRAN_PREPARED_QUEUE_OFFSET,
 };
 use crate::transaction::pending::{PendingList, PendingTx};
 use crate::transaction::{TxCounters, TxEntry, TxPhase, HALF_TOPIC, OP_TOPIC, REMOVE_TAG};
@@ -280,11 +280,16 @@ impl<'a> Round<'a> {
         let mut new_offset = half_offset;
         let mut i = half_offset;
         let mut nulls: u32 = 0;
+        // The last unit counted in `examined` (a half judged again after more op messages
+        // were read is counted once).
+        let mut counted = i64::MIN;
         let mut units: Vec<CqUnit> = Vec::new();
         let mut done = true;
         while let Some(cq) = half_cq.as_ref().filter(|_| i < end) {
             if self.ops.resolve(i) {
-                self.step.examined += 1;
+                if counted != i {
+                    self.step.examined += 1;
+                }
                 i += 1;
                 new_offset = i;
                 continue;
@@ -310,7 +315,10 @@ impl<'a> Round<'a> {
                 }
                 break;
             };
-            self.step.examined += 1;
+            if counted != i {
+                self.step.examined += 1;
+                counted = i;
+            }
             let o = self.o;
             let outcome = o
                 .commitlog
@@ -383,7 +391,8 @@ impl<'a> Round<'a> {
             return;
         };
         let units = if self.reader.next < cq.max_offset() {
-            cq.units_from(self.reader.next, OP_CHUNK).unwrap_or_default()
+            cq.units_from(self.reader.next, OP_CHUNK)
+                .unwrap_or_default()
         } else {
             Vec::new()
         };
@@ -447,7 +456,12 @@ impl<'a> Round<'a> {
 
     /// The exactly-once lookup for the half at queue offset `i` (under the transaction's
     /// lock): `Some(step)` when the half is settled without a copy or discard.
-    fn settled(&mut self, i: i64, d: &crate::format::DecodedRecord<'_>, h: &HalfProps<'_>) -> Result<Option<Step>> {
+    fn settled(
+        &mut self,
+        i: i64,
+        d: &crate::format::DecodedRecord<'_>,
+        h: &HalfProps<'_>,
+    ) -> Result<Option<Step>> {
         let Some(id) = h.id() else {
             return Ok(None);
         };
@@ -529,9 +543,9 @@ impl<'a> Round<'a> {
             ])
         };
         let env = copy_envelope(d, HALF_TOPIC);
-        if let Err(s) = self
-            .store
-            .with_commitlog_encode(self.o, &mut self.batch, &env, &props, d.body)
+        if let Err(s) =
+            self.store
+                .with_commitlog_encode(self.o, &mut self.batch, &env, &props, d.body)
         {
             // The copy cannot be written (its properties grew past the limit): RocketMQ's put
             // fails the same way and retries forever; this half is logged and passed.
@@ -550,10 +564,8 @@ impl<'a> Round<'a> {
         if ask {
             self.asked += 1;
         }
-        if self.batch.len() >= COPY_BATCH {
-            if self.flush_copies()?.is_some() {
-                return Ok(Step::Stop);
-            }
+        if self.batch.len() >= COPY_BATCH && self.flush_copies()?.is_some() {
+            return Ok(Step::Stop);
         }
         if ask && self.asked >= self.max_to_check {
             return Ok(Step::Full);

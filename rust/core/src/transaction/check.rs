@@ -52,7 +52,13 @@ impl OpMap {
     /// `fillOpRemoveMap` for one op message at `op_offset`: `body` `None` when it has none,
     /// `remove_tag` whether its tags are `d`. Offsets below `mini` (the half progress when
     /// the round began) are left out.
-    pub(crate) fn add_op(&mut self, op_offset: i64, remove_tag: bool, body: Option<&[u8]>, mini: i64) {
+    pub(crate) fn add_op(
+        &mut self,
+        op_offset: i64,
+        remove_tag: bool,
+        body: Option<&[u8]>,
+        mini: i64,
+    ) {
         let Some(body) = body else {
             log::error!(target: "rmqstore.transaction", "op message at op queue offset {op_offset} has no body");
             self.done.push(op_offset);
@@ -329,25 +335,55 @@ mod tests {
         let mut ops = OpMap::default();
         let old = p.now_ms - 60_000;
         // Check with count 1, then n + 1.
-        assert_eq!(judge(&p, &props(b""), old, old, &mut ops, LastOps::None), Verdict::Check(1));
         assert_eq!(
-            judge(&p, &props(b"TRANSACTION_CHECK_TIMES\x014\x02"), old, old, &mut ops, LastOps::None),
+            judge(&p, &props(b""), old, old, &mut ops, LastOps::None),
+            Verdict::Check(1)
+        );
+        assert_eq!(
+            judge(
+                &p,
+                &props(b"TRANSACTION_CHECK_TIMES\x014\x02"),
+                old,
+                old,
+                &mut ops,
+                LastOps::None
+            ),
             Verdict::Check(5)
         );
         // Discard by count, by age (after the count was put).
         assert_eq!(
-            judge(&p, &props(b"TRANSACTION_CHECK_TIMES\x0115\x02"), old, old, &mut ops, LastOps::None),
+            judge(
+                &p,
+                &props(b"TRANSACTION_CHECK_TIMES\x0115\x02"),
+                old,
+                old,
+                &mut ops,
+                LastOps::None
+            ),
             Verdict::Discard(None)
         );
         let ancient = p.now_ms - p.file_reserved_ms - 1;
         assert_eq!(
-            judge(&p, &props(b"TRANSACTION_CHECK_TIMES\x012\x02"), ancient, old, &mut ops, LastOps::None),
+            judge(
+                &p,
+                &props(b"TRANSACTION_CHECK_TIMES\x012\x02"),
+                ancient,
+                old,
+                &mut ops,
+                LastOps::None
+            ),
             Verdict::Discard(Some(3))
         );
         // Fresh (stored at the round's start), young.
-        assert_eq!(judge(&p, &props(b""), old, p.now_ms, &mut ops, LastOps::None), Verdict::Fresh);
+        assert_eq!(
+            judge(&p, &props(b""), old, p.now_ms, &mut ops, LastOps::None),
+            Verdict::Fresh
+        );
         let young = p.now_ms - 6000;
-        assert_eq!(judge(&p, &props(b""), young, young, &mut ops, LastOps::None), Verdict::Young);
+        assert_eq!(
+            judge(&p, &props(b""), young, young, &mut ops, LastOps::None),
+            Verdict::Young
+        );
         assert_eq!(
             judge(&p, &props(b""), young - 1, young, &mut ops, LastOps::None),
             Verdict::Check(1)
@@ -359,7 +395,14 @@ mod tests {
         );
         // Ops were found: read more first.
         assert_eq!(
-            judge(&p, &props(b""), old, old, &mut ops, LastOps::Found { last_born: old }),
+            judge(
+                &p,
+                &props(b""),
+                old,
+                old,
+                &mut ops,
+                LastOps::Found { last_born: old }
+            ),
             Verdict::MoreOps
         );
         assert_eq!(
@@ -369,7 +412,9 @@ mod tests {
                 old,
                 old,
                 &mut ops,
-                LastOps::Found { last_born: p.now_ms + 6001 }
+                LastOps::Found {
+                    last_born: p.now_ms + 6001
+                }
             ),
             Verdict::Check(1)
         );
@@ -382,24 +427,41 @@ mod tests {
         ops.add_op(0, true, Some(b"4,"), 0);
         let born = p.now_ms - 10_000; // older than the timeout, younger than 60 s
         let imm = props(b"CHECK_IMMUNITY_TIME_IN_SECONDS\x0160\x02");
-        assert_eq!(judge(&p, &imm, born, born, &mut ops, LastOps::None), Verdict::Immunity(1));
-        let imm4 = props(b"CHECK_IMMUNITY_TIME_IN_SECONDS\x0160\x02TRAN_PREPARED_QUEUE_OFFSET\x014\x02");
+        assert_eq!(
+            judge(&p, &imm, born, born, &mut ops, LastOps::None),
+            Verdict::Immunity(1)
+        );
+        let imm4 =
+            props(b"CHECK_IMMUNITY_TIME_IN_SECONDS\x0160\x02TRAN_PREPARED_QUEUE_OFFSET\x014\x02");
         assert_eq!(
             judge(&p, &imm4, born, born, &mut ops, LastOps::None),
             Verdict::ResolvedByPrepared
         );
         assert_eq!(ops.done, vec![0]);
         // Not resolved: put back again.
-        assert_eq!(judge(&p, &imm4, born, born, &mut ops, LastOps::None), Verdict::Immunity(1));
+        assert_eq!(
+            judge(&p, &imm4, born, born, &mut ops, LastOps::None),
+            Verdict::Immunity(1)
+        );
         // Prepared offset -1: falls through; young for its immunity, no ops left: not judged.
-        let imm_m1 = props(b"CHECK_IMMUNITY_TIME_IN_SECONDS\x0160\x02TRAN_PREPARED_QUEUE_OFFSET\x01-1\x02");
-        assert_eq!(judge(&p, &imm_m1, born, born, &mut ops, LastOps::None), Verdict::MoreOps);
+        let imm_m1 =
+            props(b"CHECK_IMMUNITY_TIME_IN_SECONDS\x0160\x02TRAN_PREPARED_QUEUE_OFFSET\x01-1\x02");
+        assert_eq!(
+            judge(&p, &imm_m1, born, born, &mut ops, LastOps::None),
+            Verdict::MoreOps
+        );
         // Older than its immunity: checked.
         let older = p.now_ms - 61_000;
-        assert_eq!(judge(&p, &imm, older, older, &mut ops, LastOps::None), Verdict::Check(1));
+        assert_eq!(
+            judge(&p, &imm, older, older, &mut ops, LastOps::None),
+            Verdict::Check(1)
+        );
         // An immunity shorter than the timeout: a half older than it is checked at once.
         let short = props(b"CHECK_IMMUNITY_TIME_IN_SECONDS\x011\x02");
         let b = p.now_ms - 2000;
-        assert_eq!(judge(&p, &short, b, b, &mut ops, LastOps::None), Verdict::Check(1));
+        assert_eq!(
+            judge(&p, &short, b, b, &mut ops, LastOps::None),
+            Verdict::Check(1)
+        );
     }
 }

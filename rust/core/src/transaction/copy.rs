@@ -156,7 +156,10 @@ pub(crate) fn parse_java_long(s: &str) -> Option<i64> {
 /// The envelope of a copy of the half `d` (see the module header): the half's topic and
 /// queue, body, sysflag, born time and host and store host; flag, reconsume times and
 /// preparedTransactionOffset 0.
-pub(crate) fn copy_envelope<'a>(d: &DecodedRecord<'a>, topic: &'a str) -> crate::format::RecordEnvelope<'a> {
+pub(crate) fn copy_envelope<'a>(
+    d: &DecodedRecord<'a>,
+    topic: &'a str,
+) -> crate::format::RecordEnvelope<'a> {
     crate::format::RecordEnvelope {
         topic,
         queue_id: d.queue_id,
@@ -218,7 +221,10 @@ mod tests {
         // The first check always happens.
         assert_eq!(need_discard(None, 0), CheckCount::Next(1));
         assert_eq!(need_discard(Some("0"), 0), CheckCount::Discard);
-        assert_eq!(need_discard(Some("2147483646"), i32::MAX), CheckCount::Next(i32::MAX));
+        assert_eq!(
+            need_discard(Some("2147483646"), i32::MAX),
+            CheckCount::Next(i32::MAX)
+        );
     }
 
     #[test]
@@ -248,6 +254,8 @@ mod tests {
             .collect();
         assert_eq!(names.len(), 3);
         assert!(s.contains("TRANSACTION_CHECK_TIMES\u{1}4\u{2}"));
-        assert!(crate::schedule::order::is_java_map_order(names.iter().copied()));
+        assert!(crate::schedule::order::is_java_map_order(
+            names.iter().copied()
+        ));
     }
 }
