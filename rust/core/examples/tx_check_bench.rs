@@ -111,7 +111,10 @@ fn main() {
             (put + slice).min(n)
         };
         let t = Instant::now();
-        for m in plain[put..end].iter().filter(|_| std::env::var("ONLY_CHECK").is_err()) {
+        for m in plain[put..end]
+            .iter()
+            .filter(|_| std::env::var("ONLY_CHECK").is_err())
+        {
             assert!(store.put_message(m).unwrap().is_ok());
         }
         put_plain += t.elapsed();

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use super::{hooks, MessageStore, Open, OPEN_DISPATCH_CHUNK};
 use crate::commitlog::AppendResult;
 use crate::error::{Result, StoreError};
-use crate::format::{find_property, property, sysflag, Message, PutMessageStatus};
+use crate::format::{for_each_property, property, sysflag, Message, PutMessageStatus};
 use crate::schedule::order::java_map_order;
 use crate::transaction::records::{
     commit_properties, half_properties, StoredProps, OP_PROPERTIES, TIMER_PROPERTIES,
@@ -228,15 +228,10 @@ impl MessageStore {
     /// Whether a put hook may act on a put of `topic` with properties string `props` (a
     /// superset of the hooks' own answer: the built-in delay-level and timer hooks act only on
     /// DELAY and the timer properties; another hook is asked with the whole message).
-    fn hooks_may_apply(&self, topic: &str, props: &str) -> bool {
+    fn hooks_may_apply(&self, topic: &str, delay: bool, timer: bool) -> bool {
         self.put_hooks.iter().any(|h| match h.name() {
-            "delayLevel" => find_property(props, property::DELAY).is_some(),
-            "timerMessage" => {
-                topic != crate::timer::TIMER_TOPIC
-                    && TIMER_PROPERTIES
-                        .iter()
-                        .any(|p| find_property(props, p).is_some())
-            }
+            "delayLevel" => delay,
+            "timerMessage" => timer && topic != crate::timer::TIMER_TOPIC,
             _ => true,
         })
     }
@@ -252,8 +247,23 @@ impl MessageStore {
         props: &str,
         view: impl FnOnce() -> Vec<(String, String)>,
     ) -> AppendResult {
-        let wait = find_property(props, property::WAIT);
-        if !self.hooks_may_apply(&env.topic, props) {
+        // One pass over the string: WAIT's value, and whether DELAY or a timer property is in it.
+        let (mut wait, mut delay, mut timer) = (None, false, false);
+        for_each_property(props.as_bytes(), |k, v| {
+            if v.is_empty() {
+                return;
+            }
+            if k == property::WAIT.as_bytes() {
+                wait = Some(v);
+            } else if k == property::DELAY.as_bytes() {
+                delay = true;
+            } else if TIMER_PROPERTIES.iter().any(|t| t.as_bytes() == k) {
+                timer = true;
+            }
+        });
+        // The separators are ASCII: a value between them is whole UTF-8 of `props`.
+        let wait = wait.and_then(|w| std::str::from_utf8(w).ok());
+        if !self.hooks_may_apply(&env.topic, delay, timer) {
             return o.commitlog.put_message_as(&env, body, props, wait);
         }
         let mut msg = env;

@@ -153,19 +153,23 @@ impl<'a> StoredProps<'a> {
         (crate::format::topic_is_legal(topic) && qid >= 0).then_some((topic, qid))
     }
 
+    /// Whether the stored string is the map's own rendering: its items in the map's order,
+    /// no name repeated, nothing else in it.
+    pub(crate) fn is_own_rendering(&self) -> bool {
+        let rendered_len: usize = self.items.iter().map(|p| p.0.len() + p.1.len() + 2).sum();
+        rendered_len == self.raw.len()
+            && is_java_map_order(self.items.iter().map(|p| p.0))
+            && self
+                .items
+                .iter()
+                .enumerate()
+                .all(|(i, (k, _))| self.items[i + 1..].iter().all(|(k2, _)| k2 != k))
+    }
+
     /// The items in the order the map renders them; `true` when that is already the stored
     /// string's order with no repeated name (the string is then its own rendering).
     pub(crate) fn map_ordered(&self) -> (Vec<(&'a str, &'a str)>, bool) {
-        let distinct = self
-            .items
-            .iter()
-            .enumerate()
-            .all(|(i, (k, _))| self.items[i + 1..].iter().all(|(k2, _)| k2 != k));
-        let rendered_len: usize = self.items.iter().map(|p| p.0.len() + p.1.len() + 2).sum();
-        if distinct
-            && rendered_len == self.raw.len()
-            && is_java_map_order(self.items.iter().map(|p| p.0))
-        {
+        if self.is_own_rendering() {
             (self.items.clone(), true)
         } else {
             (java_map_order(self.items.clone(), |p| p.0), false)
@@ -189,13 +193,12 @@ pub(crate) fn render<'a>(items: impl Iterator<Item = (&'a str, &'a str)> + Clone
 /// The commit's stored properties string from the half's: the map's rendering minus
 /// `REAL_TOPIC` and `REAL_QID` (`TRAN_MSG` kept).
 pub(crate) fn commit_properties(half: &StoredProps<'_>) -> String {
+    let keep = |p: &(&str, &str)| p.0 != REAL_TOPIC && p.0 != REAL_QID;
+    if half.is_own_rendering() {
+        return render(half.items.iter().copied().filter(keep));
+    }
     let (ordered, _) = half.map_ordered();
-    render(
-        ordered
-            .iter()
-            .copied()
-            .filter(|(k, _)| *k != REAL_TOPIC && *k != REAL_QID),
-    )
+    render(ordered.iter().copied().filter(keep))
 }
 
 /// The op message's body for the queued entries `"q1,q2,...,"` (already the text).

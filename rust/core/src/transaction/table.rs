@@ -68,8 +68,9 @@ impl TxKey {
     fn stripe(&self) -> usize {
         let mut h = FoldHasher::default();
         self.hash(&mut h);
-        // The high bits: the maps use the low ones.
-        (h.finish() >> 56) as usize & (STRIPES - 1)
+        // Not the map's own bits (its bucket index is the low bits, its tag the top 7): a
+        // stripe whose keys shared their tag would compare keys on every probe.
+        (h.finish().wrapping_mul(K).rotate_left(23) as usize) & (STRIPES - 1)
     }
 }
 
@@ -109,9 +110,13 @@ impl FoldHasher {
 impl Hasher for FoldHasher {
     #[inline]
     fn finish(&self) -> u64 {
-        // Spread the high bits down too.
-        let s = self.state;
-        s ^ (s >> 29)
+        // MurmurHash3's fmix64: every bit of the state reaches every bit of the hash.
+        let mut s = self.state;
+        s ^= s >> 33;
+        s = s.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        s ^= s >> 33;
+        s = s.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+        s ^ (s >> 33)
     }
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
@@ -166,6 +171,16 @@ impl Stripe {
     }
 
     fn set(&mut self, key: TxKey, entry: TxEntry) {
+        if let Some(e) = self.current.get_mut(&key) {
+            if e.phase == TxPhase::Pending {
+                self.pending -= 1;
+            }
+            if entry.phase == TxPhase::Pending {
+                self.pending += 1;
+            }
+            *e = entry;
+            return;
+        }
         let before = match self.older.remove(&key) {
             Some(e) => Some(e),
             None => self.current.get(&key).copied(),
