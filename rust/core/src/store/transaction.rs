@@ -29,6 +29,47 @@ pub(crate) struct HalfRecord {
     pub(crate) real: Option<(String, i32)>,
 }
 
+/// A properties string that is its map's rendering, without its `REAL_TOPIC` and `REAL_QID`
+/// items (the commit's string), with their values; `None` when they are missing or unusable.
+fn cut_real_queue(props: &[u8]) -> Option<(&str, i32, String)> {
+    let raw = std::str::from_utf8(props).ok()?;
+    let base = props.as_ptr() as usize;
+    let (mut topic, mut qid) = (None, None);
+    // Byte ranges of the two items (name to its closing separator).
+    let mut cuts: [(usize, usize); 2] = [(0, 0); 2];
+    let mut n = 0;
+    for_each_property(props, |k, v| {
+        let item = |v: &[u8]| {
+            let start = k.as_ptr() as usize - base;
+            let end = (v.as_ptr() as usize - base + v.len() + 1).min(raw.len());
+            (start, end)
+        };
+        let value = || {
+            let from = v.as_ptr() as usize - base;
+            &raw[from..from + v.len()]
+        };
+        if k == crate::schedule::REAL_TOPIC.as_bytes() && n < 2 {
+            topic = Some(value());
+            cuts[n] = item(v);
+            n += 1;
+        } else if k == crate::schedule::REAL_QID.as_bytes() && n < 2 {
+            qid = Some(value());
+            cuts[n] = item(v);
+            n += 1;
+        }
+    });
+    let topic = topic.filter(|t| crate::format::topic_is_legal(t))?;
+    let qid = crate::schedule::levels::parse_java_int(qid?).filter(|q| *q >= 0)?;
+    let mut out = String::with_capacity(raw.len());
+    let mut at = 0;
+    for (s, e) in cuts.iter().take(n) {
+        out.push_str(&raw[at..*s]);
+        at = *e;
+    }
+    out.push_str(&raw[at..]);
+    Some((topic, qid, out))
+}
+
 /// `resetTransactionValue`.
 fn with_transaction_type(sys_flag: i32, tx_type: i32) -> i32 {
     (sys_flag & !sysflag::TRANSACTION_ROLLBACK_TYPE) | tx_type
@@ -43,8 +84,14 @@ impl MessageStore {
         self.tx.table.lock_id(id)
     }
 
-    /// Dispatches everything confirmed, so the consume queues and the index hold it.
+    /// Dispatches everything written, so the consume queues and the index hold it (what is
+    /// written but not yet confirmed, e.g. a `WAIT=false` put in SYNC_FLUSH mode or bytes in a
+    /// write buffer, is committed and forced first: the table forgets old ends, and the
+    /// lookup that replaces it must see every record written before).
     pub(crate) fn tx_catch_up(o: &Open) -> Result<()> {
+        if o.commitlog.confirm_offset() < o.commitlog.max_offset() {
+            o.commitlog.flush_all()?;
+        }
         while o.behind() > 0 {
             if o.dispatch(OPEN_DISPATCH_CHUNK)?.bytes == 0 {
                 break;
@@ -337,8 +384,10 @@ impl MessageStore {
                 Ok(p) => p,
                 Err(s) => return Ok((AppendResult::failed(s), id.to_owned())),
             };
-            let mut g = self.tx.table.lock(key);
-            if g.get().is_some() {
+            // A generated id is new: no lookup. The message's own may name a known transaction.
+            let fresh = own.is_none();
+            let g = self.tx.table.lock(key);
+            if !fresh && g.get().is_some() {
                 log::warn!(
                     target: "rmqstore.transaction",
                     "prepare_message refused: transaction {id} (the message's UNIQ_KEY) is already known"
@@ -363,11 +412,17 @@ impl MessageStore {
                     .collect()
             });
             if r.is_ok() {
-                g.set(TxEntry {
+                let e = TxEntry {
                     phase: TxPhase::Pending,
                     half_offset: r.wrote_offset,
                     half_queue_offset: r.queue_offset,
-                });
+                };
+                if fresh {
+                    g.set_new(e);
+                } else {
+                    let mut g = g;
+                    g.set(e);
+                }
                 TxCounters::add(&self.tx.counters.prepared, 1);
             }
             Ok((r, id.to_owned()))
@@ -400,9 +455,13 @@ impl MessageStore {
                 "transaction {id} was already {how}"
             )))
         };
+        let mut known = false;
         let latest = match g.get() {
             Some(e) => match e.phase {
-                TxPhase::Pending => e,
+                TxPhase::Pending => {
+                    known = true;
+                    e
+                }
                 TxPhase::Committed => return ended("committed"),
                 TxPhase::RolledBack => return ended("rolled back"),
                 TxPhase::Discarded => return ended("discarded after its check count"),
@@ -448,6 +507,9 @@ impl MessageStore {
             }
         };
         let half_offset = named.as_ref().map_or(latest.half_offset, |h| h.offset);
+        // The table's latest half was written by this process (prepare, or the check's copy):
+        // its properties string is the map's own rendering.
+        let own = known && half_offset == latest.half_offset;
         let mut outcome = EndOutcome {
             transaction_id: id.clone(),
             half_offset,
@@ -457,7 +519,7 @@ impl MessageStore {
             ended: true,
         };
         if commit {
-            let r = self.put_commit(o, half_offset)?;
+            let r = self.put_commit(o, half_offset, own)?;
             let ok = r.is_ok();
             outcome.real = Some(r);
             if !ok {
@@ -487,8 +549,11 @@ impl MessageStore {
         Ok(outcome)
     }
 
-    /// Puts the commit of the half at `half_offset` (`endMessageTransaction`).
-    pub(crate) fn put_commit(&self, o: &Open, half_offset: i64) -> Result<AppendResult> {
+    /// Puts the commit of the half at `half_offset` (`endMessageTransaction`). `own`: the half
+    /// was written by this process (its properties string is the map's rendering: the commit's
+    /// is that string without `REAL_TOPIC` and `REAL_QID`, cut out without parsing it into a
+    /// map).
+    pub(crate) fn put_commit(&self, o: &Open, half_offset: i64, own: bool) -> Result<AppendResult> {
         let not_found = || {
             StoreError::TransactionNotFound(format!(
                 "no transaction half message at commitlog offset {half_offset}"
@@ -499,14 +564,20 @@ impl MessageStore {
                 if d.topic != HALF_TOPIC.as_bytes() {
                     return Err(not_found());
                 }
-                let sp = StoredProps::parse(d.properties);
-                let Some((topic, qid)) = sp.real_queue() else {
-                    return Err(StoreError::InvalidArgument(format!(
+                let bad = || {
+                    StoreError::InvalidArgument(format!(
                         "the half message at commitlog offset {half_offset} has no usable \
                          REAL_TOPIC / REAL_QID: it cannot be committed"
-                    )));
+                    ))
                 };
-                let props = commit_properties(&sp);
+                let (topic, qid, props) = if own {
+                    let cut = cut_real_queue(d.properties).ok_or_else(bad)?;
+                    (cut.0, cut.1, cut.2)
+                } else {
+                    let sp = StoredProps::parse(d.properties);
+                    let (topic, qid) = sp.real_queue().ok_or_else(bad)?;
+                    (topic, qid, commit_properties(&sp))
+                };
                 let env = Message {
                     topic: topic.to_owned(),
                     queue_id: qid,
@@ -615,5 +686,35 @@ impl MessageStore {
                 pending_in_memory: self.tx.table.pending(),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transaction::records::half_properties;
+
+    #[test]
+    fn the_cut_commit_string_equals_the_rendered_one() {
+        for user in [
+            vec![],
+            vec![
+                ("KEYS".to_owned(), "k1 k2".to_owned()),
+                ("TAGS".to_owned(), "TagA".to_owned()),
+                ("WAIT".to_owned(), "false".to_owned()),
+                ("a".to_owned(), "b".to_owned()),
+            ],
+        ] {
+            for (topic, qid) in [("T", 0), ("TopicWithLongerName", 2_000_000_000)] {
+                let half = half_properties(&user, Some("G"), "U", topic, qid).unwrap();
+                let sp = StoredProps::parse(half.as_bytes());
+                let (t, q, cut) = cut_real_queue(half.as_bytes()).unwrap();
+                assert_eq!((t, q), (topic, qid));
+                assert_eq!(cut, commit_properties(&sp));
+            }
+        }
+        assert!(cut_real_queue(b"REAL_TOPIC\x01T\x02").is_none());
+        assert!(cut_real_queue(b"REAL_TOPIC\x01T\x02REAL_QID\x01-1\x02").is_none());
+        assert!(cut_real_queue(b"REAL_TOPIC\x01a b\x02REAL_QID\x011\x02").is_none());
     }
 }
