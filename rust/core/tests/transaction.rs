@@ -540,3 +540,54 @@ fn concurrent_ends_of_one_transaction_commit_it_once() {
     assert_eq!(get_all(&store, "TopicA", 0).len(), 20);
     store.close().unwrap();
 }
+
+#[test]
+fn sync_flush_prepares_and_commits_return_forced_from_many_threads() {
+    let d = TempDir::new("tx", "sync");
+    let cfg = StoreConfig {
+        flush_disk_type: rmqstore_core::FlushDiskType::SyncFlush,
+        sync_flush_timeout: 5000,
+        ..config()
+    };
+    let store = Arc::new(MessageStore::open(d.path(), cfg).unwrap());
+    store.attach_group_commit().unwrap();
+    let service = {
+        let store = store.clone();
+        std::thread::spawn(move || loop {
+            if store
+                .group_commit_step(Duration::from_millis(10))
+                .unwrap()
+                .stopped
+            {
+                return;
+            }
+        })
+    };
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let store = &store;
+            s.spawn(move || {
+                for i in 0..25 {
+                    let (r, id) = store
+                        .prepare_message(&msg("TopicS", t % 2, &format!("{t}-{i}")), None)
+                        .unwrap();
+                    assert_eq!(r.status, PutMessageStatus::PutOk);
+                    assert!(store.flushed_where().unwrap() >= r.wrote_offset + r.wrote_bytes);
+                    let out = commit(store, TxTarget::Id(id)).unwrap();
+                    let c = out.real.unwrap();
+                    assert_eq!(c.status, PutMessageStatus::PutOk);
+                    assert!(store.flushed_where().unwrap() >= c.wrote_offset + c.wrote_bytes);
+                }
+            });
+        }
+    });
+    drain(&store);
+    assert_eq!(
+        store.max_offset_in_queue("TopicS", 0).unwrap()
+            + store.max_offset_in_queue("TopicS", 1).unwrap(),
+        200
+    );
+    store.stop_services();
+    service.join().unwrap();
+    store.close().unwrap();
+}

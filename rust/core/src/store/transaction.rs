@@ -285,7 +285,10 @@ impl MessageStore {
 
     /// Puts `env` with `body` and the stored properties string `props`, through the put hooks:
     /// they see the message with `view` as its properties map; when one changes it, its map is
-    /// rendered again (in the map's order), as RocketMQ's transforming hooks do.
+    /// rendered again (in the map's order), as RocketMQ's transforming hooks do. The SYNC_FLUSH
+    /// wait the message's WAIT asks for is left to the caller when the second value is true
+    /// ([`CommitLog::await_put_flush`](crate::commitlog::CommitLog), once the transaction's lock
+    /// is released: a force is not waited for under a lock other transactions share).
     fn put_through_hooks(
         &self,
         o: &Open,
@@ -293,7 +296,7 @@ impl MessageStore {
         body: &[u8],
         props: &str,
         view: impl FnOnce() -> Vec<(String, String)>,
-    ) -> AppendResult {
+    ) -> (AppendResult, bool) {
         // One pass over the string: WAIT's value, and whether DELAY or a timer property is in it.
         let (mut wait, mut delay, mut timer) = (None, false, false);
         for_each_property(props.as_bytes(), |k, v| {
@@ -310,18 +313,26 @@ impl MessageStore {
         });
         // The separators are ASCII: a value between them is whole UTF-8 of `props`.
         let wait = wait.and_then(|w| std::str::from_utf8(w).ok());
+        let later = o.commitlog.put_waits(wait);
+        let no_wait = Some("false");
         if !self.hooks_may_apply(&env.topic, delay, timer) {
-            return o.commitlog.put_message_as(&env, body, props, wait);
+            return (
+                o.commitlog.put_message_as(&env, body, props, no_wait),
+                later,
+            );
         }
         let mut msg = env;
         msg.properties = view();
         if !self.put_hooks.iter().any(|h| h.applies_to(&msg)) {
-            return o.commitlog.put_message_as(&msg, body, props, wait);
+            return (
+                o.commitlog.put_message_as(&msg, body, props, no_wait),
+                later,
+            );
         }
         msg.body = body.to_vec();
         let before = msg.clone();
         if let Some(refused) = hooks::run(&self.put_hooks, &mut msg, |h, m| h.before_put(m)) {
-            return AppendResult::failed(refused);
+            return (AppendResult::failed(refused), false);
         }
         if before.topic == msg.topic
             && before.queue_id == msg.queue_id
@@ -330,10 +341,14 @@ impl MessageStore {
             && before.body == msg.body
             && before.flag == msg.flag
         {
-            return o.commitlog.put_message_as(&msg, body, props, wait);
+            return (
+                o.commitlog.put_message_as(&msg, body, props, no_wait),
+                later,
+            );
         }
+        // A rewritten message (its WAIT as the hook left it) waits here, as any put.
         msg.properties = java_map_order(std::mem::take(&mut msg.properties), |p| p.0.as_str());
-        o.commitlog.put_message(&msg)
+        (o.commitlog.put_message(&msg), false)
     }
 
     // ---- API ----
@@ -404,7 +419,7 @@ impl MessageStore {
                 reconsume_times: msg.reconsume_times,
                 ..Message::default()
             };
-            let r = self.put_through_hooks(o, env, &msg.body, &props, || {
+            let (r, wait) = self.put_through_hooks(o, env, &msg.body, &props, || {
                 StoredProps::parse(props.as_bytes())
                     .items
                     .iter()
@@ -424,7 +439,11 @@ impl MessageStore {
                     g.set(e);
                 }
                 TxCounters::add(&self.tx.counters.prepared, 1);
+            } else {
+                drop(g);
             }
+            // The force is waited for with the transaction's lock released.
+            let r = if wait { o.commitlog.await_put_flush(r) } else { r };
             Ok((r, id.to_owned()))
         })?
     }
@@ -518,10 +537,12 @@ impl MessageStore {
             real: None,
             ended: true,
         };
+        let mut force_wait = false;
         if commit {
-            let r = self.put_commit(o, half_offset, own)?;
+            let (r, wait) = self.put_commit(o, half_offset, own)?;
             let ok = r.is_ok();
             outcome.real = Some(r);
+            force_wait = wait;
             if !ok {
                 outcome.ended = false;
                 if g.get().is_none() {
@@ -546,14 +567,25 @@ impl MessageStore {
             log::warn!(target: "rmqstore.transaction", "writing op messages failed: {e}");
         }
         drop(g);
+        // The commit's force is waited for with the transaction's lock released: the commit
+        // is appended, and the table says so, before any other decision can look.
+        if force_wait {
+            outcome.real = outcome.real.map(|r| o.commitlog.await_put_flush(r));
+        }
         Ok(outcome)
     }
 
     /// Puts the commit of the half at `half_offset` (`endMessageTransaction`). `own`: the half
     /// was written by this process (its properties string is the map's rendering: the commit's
     /// is that string without `REAL_TOPIC` and `REAL_QID`, cut out without parsing it into a
-    /// map).
-    pub(crate) fn put_commit(&self, o: &Open, half_offset: i64, own: bool) -> Result<AppendResult> {
+    /// map). The second value: the SYNC_FLUSH wait the commit's WAIT asks for is still to do
+    /// (`o.commitlog.await_put_flush(r)`, after releasing the transaction's lock).
+    pub(crate) fn put_commit(
+        &self,
+        o: &Open,
+        half_offset: i64,
+        own: bool,
+    ) -> Result<(AppendResult, bool)> {
         let not_found = || {
             StoreError::TransactionNotFound(format!(
                 "no transaction half message at commitlog offset {half_offset}"
