@@ -591,3 +591,35 @@ fn sync_flush_prepares_and_commits_return_forced_from_many_threads() {
     service.join().unwrap();
     store.close().unwrap();
 }
+
+#[test]
+fn a_commit_behind_more_key_matches_than_one_index_query_gives_is_still_found() {
+    let d = TempDir::new("tx", "crowded");
+    let store = open(d.path());
+    let (r, id) = store.prepare_message(&msg("TopicA", 0, "x"), None).unwrap();
+    commit(&store, TxTarget::Offset(r.wrote_offset)).unwrap();
+    // Newer messages of the real topic whose KEYS is the transaction id: the index gives
+    // them first, more than one query's batch (max_msgs_num_batch).
+    let batch = store.config().max_msgs_num_batch as usize;
+    for _ in 0..batch + 6 {
+        store.put_message(&msg("TopicA", 0, &id)).unwrap();
+    }
+    store.flush().unwrap();
+    drain(&store);
+    // A death before the op was written: a copy of the files now.
+    let copy = TempDir::new("tx", "crowded-copy");
+    copy_dir(d.path(), copy.path());
+    store.close().unwrap();
+    let store = open(copy.path());
+    assert!(matches!(
+        commit(&store, TxTarget::Id(id.clone())),
+        Err(StoreError::TransactionEnded(_))
+    ));
+    drain(&store);
+    assert_eq!(
+        store.max_offset_in_queue("TopicA", 0).unwrap(),
+        1 + batch as i64 + 6,
+        "no second commit"
+    );
+    store.close().unwrap();
+}

@@ -169,8 +169,9 @@ impl MessageStore {
     }
 
     /// `find_commit`: the commitlog offset of a COMMIT record of transaction `id` in
-    /// `real_topic` (see transaction/mod.rs): by the index after dispatch caught up, else by a
-    /// scan of `real_topic`/`real_qid` from the first unit past `half_offset`.
+    /// `real_topic` (see transaction/mod.rs): by the index after dispatch caught up, else (the
+    /// index off, or more key-hash matches than one index query gives) by a scan of
+    /// `real_topic`/`real_qid` from the first unit past `half_offset`.
     pub(crate) fn find_commit(
         &self,
         o: &Open,
@@ -181,7 +182,12 @@ impl MessageStore {
     ) -> Result<Option<i64>> {
         Self::tx_catch_up(o)?;
         if let Some(index) = &o.index {
-            return Ok(lookup::commit_by_index(&o.commitlog, index, id, real_topic));
+            match lookup::commit_by_index(&o.commitlog, index, id, real_topic) {
+                lookup::IndexAnswer::Found(off) => return Ok(Some(off)),
+                lookup::IndexAnswer::NotFound => return Ok(None),
+                // More key-hash matches than one query gives: the queue scan decides.
+                lookup::IndexAnswer::Truncated => {}
+            }
         }
         Ok(o.cqs
             .find(real_topic, real_qid)
