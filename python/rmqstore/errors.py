@@ -20,6 +20,8 @@ __all__ = [
     "StoreLockedError",
     "StoreReadOnlyError",
     "StoreResourceError",
+    "TransactionEndedError",
+    "TransactionNotFoundError",
     "UnknownSettingError",
 ]
 
@@ -104,3 +106,13 @@ class StoreResourceError(RmqStoreError, RuntimeError):
 class StoreReadOnlyError(RmqStoreError, PermissionError):
     """The store was opened with ``read_only=True`` and the call would change it (a put, a
     flush, a truncation, a consumer offset commit)."""
+
+
+class TransactionNotFoundError(RmqStoreError, LookupError):
+    """``end_transaction`` named no transaction: no half message at that commitlog offset, or
+    no half message with that transaction id."""
+
+
+class TransactionEndedError(RmqStoreError, ValueError):
+    """``end_transaction`` named a transaction already committed or rolled back (by this
+    process, an earlier one, or the check): nothing was written again."""

@@ -10,6 +10,7 @@ mod schedule;
 mod steps;
 mod store;
 mod timer;
+mod transaction;
 
 #[pyo3::pymodule]
 mod _rmqstore {

@@ -285,6 +285,7 @@ impl MessageStore {
             },
             schedule: super::schedule::ScheduleProgress::new(levels),
             timer: None,
+            tx: crate::transaction::TxState::new(),
         }
     }
 
