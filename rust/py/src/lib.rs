@@ -11,6 +11,7 @@ mod steps;
 mod store;
 mod timer;
 mod transaction;
+mod transaction_check;
 
 #[pyo3::pymodule]
 mod _rmqstore {

@@ -26,6 +26,7 @@ use crate::steps::{
     AllocationStep, CommitStep, DispatchStep, GroupCommitStep, PoolBuffers, ReadBatchBuffers,
 };
 use crate::timer;
+use crate::transaction_check;
 
 /// The bodies of a batch, readable without the GIL.
 ///
@@ -800,6 +801,47 @@ impl Store {
     fn transaction_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.run(py, |s| s.transaction_stats())?;
         crate::transaction::stats(py, s)
+    }
+
+    // -- transaction check (issue 18) -----------------------------------------------------
+
+    /// One transaction check round (RocketMQ's `TransactionalMessageServiceImpl.check`, with
+    /// the exactly-once lookup): a dict with `to_check` (commitlog offsets of the copies to
+    /// ask the producer about), `discarded`, `already_committed`, `examined`, `done`.
+    fn transaction_check<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: i64,
+        #[pyo3(from_py_with = transaction_check::timeout_ms)] timeout_ms: i64,
+        #[pyo3(from_py_with = transaction_check::check_max)] check_max: i32,
+        #[pyo3(from_py_with = transaction_check::file_reserved_ms)] file_reserved_ms: i64,
+        #[pyo3(from_py_with = transaction_check::max_to_check)] max_to_check: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let p = transaction_check::params(now_ms, timeout_ms, check_max, file_reserved_ms);
+        let s = self.run(py, |s| s.transaction_check(p, max_to_check))?;
+        transaction_check::step(py, &s)
+    }
+
+    /// The half message at commitlog offset `offset` as the producer's checker sees it (real
+    /// topic and queue); None when no half message starts there.
+    fn transaction_message(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::offset)] offset: i64,
+    ) -> PyResult<Option<MessageExt>> {
+        let m = self.run(py, |s| s.transaction_message(offset))?;
+        Ok(m.map(|inner| MessageExt { inner }))
+    }
+
+    /// The unresolved transactions from the check progress (the latest half of each), at
+    /// most `limit`, as dicts.
+    fn pending_transactions<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = transaction_check::limit)] limit: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let list = self.run(py, |s| s.pending_transactions(limit))?;
+        transaction_check::pending(py, &list)
     }
 
     // -- timer messages ---------------------------------------------------------------------

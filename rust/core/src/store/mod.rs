@@ -20,6 +20,7 @@ mod services;
 mod state;
 mod timer;
 mod transaction;
+mod transaction_check;
 
 pub use hooks::{PutBatch, PutMessageHook};
 pub(crate) use state::StateMachine;
@@ -153,6 +154,8 @@ pub struct MessageStore {
     timer: Option<Arc<crate::timer::TimerEngine>>,
     /// Transactional messages: the table, the op queue, the check progress, the counters.
     tx: crate::transaction::TxState,
+    /// One transaction check round at a time (`transaction_check`).
+    tx_check_round: Mutex<()>,
 }
 
 /// Dispatch chunk used while opening (catch-up before the store is handed out).

@@ -67,8 +67,11 @@
 //! op queue's lock is held while an op message is put (so op messages are written in the
 //! order their entries were queued); nothing that holds it takes a stripe.
 
+pub mod check;
+pub(crate) mod copy;
 pub(crate) mod lookup;
 pub(crate) mod op;
+pub mod pending;
 pub(crate) mod records;
 pub(crate) mod table;
 pub(crate) mod uniq;
@@ -78,6 +81,9 @@ use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 use crate::commitlog::AppendResult;
 
 pub(crate) use table::{TxEntry, TxPhase, TxTable};
+
+pub use check::{CheckParams, CheckStep};
+pub use pending::PendingTx;
 
 /// `TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC`.
 pub const HALF_TOPIC: &str = "RMQ_SYS_TRANS_HALF_TOPIC";
