@@ -20,6 +20,8 @@ __all__ = [
     "StoreLockedError",
     "StoreReadOnlyError",
     "StoreResourceError",
+    "TransactionEndedError",
+    "TransactionNotFoundError",
     "UnknownSettingError",
 ]
 
@@ -104,3 +106,16 @@ class StoreResourceError(RmqStoreError, RuntimeError):
 class StoreReadOnlyError(RmqStoreError, PermissionError):
     """The store was opened with ``read_only=True`` and the call would change it (a put, a
     flush, a truncation, a consumer offset commit)."""
+
+
+class TransactionNotFoundError(RmqStoreError, LookupError):
+    """:meth:`rmqstore.MessageStore.end_transaction` was given a commitlog offset where no half
+    message (a prepared transaction, in ``RMQ_SYS_TRANS_HALF_TOPIC``) starts, or a transaction
+    id the store does not know. Nothing was written."""
+
+
+class TransactionEndedError(RmqStoreError, ValueError):
+    """The transaction was committed or rolled back already (by an earlier
+    :meth:`~rmqstore.MessageStore.end_transaction`, by the check service, before a restart, or
+    by a RocketMQ broker on the same files). Nothing was written: a committed transaction
+    never gets a second real message."""
