@@ -309,9 +309,11 @@ def half_message(r: Record) -> tuple[rmqstore.Message, str]:
 
 
 def flush_ops(store: rmqstore.MessageStore, max_size: int) -> None:
-    """Writes every queued op entry now, ``max_size`` characters per op message (RocketMQ's
-    TransactionalOpBatchService rule)."""
-    store._core.transaction_flush_ops(int(time.time() * 1000), max_size, 3_600_000, True)
+    """One op message now, as one TransactionalOpBatchService run writes it once its interval
+    passed: queued entries until the text reaches ``max_size`` characters (more messages only
+    while what is left still reaches it)."""
+    time.sleep(0.002)
+    store._core.transaction_flush_ops(int(time.time() * 1000), max_size, 1, False)
 
 
 def read_queue(store: rmqstore.MessageStore, topic: str, qid: int) -> list[Any]:
@@ -354,6 +356,7 @@ def replay(theirs: dict[str, list[Record]], mine: Path, store_host: str) -> list
         done.append(f"{'commit' if commit else 'rollback'} {identity('half', half)}")
 
     def copies_since(store: rmqstore.MessageStore) -> None:
+        assert store.wait_dispatched(30)
         for m in read_queue(store, HALF, 0):
             times = m.properties.get("TRANSACTION_CHECK_TIMES", "0")
             ours.setdefault((f"half#{times}", m.properties["UNIQ_KEY"]), m.commit_log_offset)
@@ -371,7 +374,7 @@ def replay(theirs: dict[str, list[Record]], mine: Path, store_host: str) -> list
                 assert res.transaction_id == tx_id(r)
                 ours[identity("half", r)] = res.wrote_offset
                 done.append(f"prepare {tx_id(r)}")
-            elif kind in ("half", "discard"):  # a check round: copies and discards
+            elif kind in ("half", "discard"):  # check rounds: copies and discards
                 while i + 1 < len(ordered) and (
                     ordered[i + 1][1][0] == "discard"
                     or (
@@ -380,10 +383,22 @@ def replay(theirs: dict[str, list[Record]], mine: Path, store_host: str) -> list
                     )
                 ):
                     i += 1
-                time.sleep(0.005)  # the copies of the last round are older than this one
-                store.check_transactions()
-                copies_since(store)
-                done.append("check round")
+                # A copy whose count reached the maximum is discarded by the round that wrote
+                # it when the broker dispatched it before the walk got there, else by the next
+                # round (nothing is written in between: the answers to it are UNKNOW): rounds
+                # until rmqstore holds as many halves and discards as the broker did here.
+                upto = ordered[i][0]
+                want = [sum(r.offset <= upto for r in theirs[k]) for k in ("half", "discard")]
+                for _ in range(CHECK_MAX_TIMES + 1):
+                    time.sleep(0.005)  # the copies of the last round are older than this one
+                    store.check_transactions()
+                    copies_since(store)
+                    done.append("check round")
+                    assert store.wait_dispatched(30)
+                    have = [len(read_queue(store, k, 0)) for k in (HALF, CHECK_MAX)]
+                    if have >= want:
+                        break
+                assert have == want, (have, want, done)
             elif kind == "real":
                 target = by_offset[r.prepared_offset][1]
                 while stream[cursor] != target.queue_offset:
@@ -412,8 +427,10 @@ def record_plan() -> list[dict[str, Any]]:
         plan_line("c2", 2, "COMMIT"),
         plan_line("u3", 3, "UNKNOW", ["COMMIT"]),  # committed by the first check (flag 3)
         plan_line("u4", 4, "UNKNOW", ["ROLLBACK"]),
-        plan_line("u5", 5, "UNKNOW", ["UNKNOW", "COMMIT"]),  # second check, then discarded
-        plan_line("u6", 6, "UNKNOW", []),  # never known: two copies, then discarded
+        # Never known: two copies, then discarded (an answer other than UNKNOW to the last
+        # check races with the discard of its copy: see below).
+        plan_line("u5", 5, "UNKNOW", []),
+        plan_line("u6", 6, "UNKNOW", ["UNKNOW"]),
         plan_line("c7", 7, "COMMIT"),
         plan_line("r8", 8, "ROLLBACK"),
         plan_line("c9", 9, "COMMIT"),
@@ -436,6 +453,7 @@ def test_broker551_transaction_records_equal_rmqstore(
     sent = {x["seq"]: x for x in run.of("txSent")}
     assert [x["status"] for x in sent.values()] == ["SEND_OK"] * len(plan), logs
     assert [x["copies"] for x in run.of("txRound")] == [5, 2, 0], logs
+    # The two discards, in round 2 or 3 (see the replay).
     assert sum(x["discards"] for x in run.of("txRound")) == 2, logs
 
     theirs = tx_records(path)
@@ -447,7 +465,7 @@ def test_broker551_transaction_records_equal_rmqstore(
 
     # -- what the broker's bytes settle (CONTRACT18 "Records") --
     reals = {r.props["seq"]: r for r in theirs["real"]}
-    assert sorted(reals) == ["c0", "c10", "c2", "c7", "c9", "u3", "u5"], logs
+    assert sorted(reals) == ["c0", "c10", "c2", "c7", "c9", "u3"], logs
     for seq, real in reals.items():
         # The commit's stored properties keep TRAN_MSG (endMessageTransaction renders the
         # string before EndTransactionProcessor clears the property from the map) and PGROUP.
@@ -466,14 +484,15 @@ def test_broker551_transaction_records_equal_rmqstore(
     # TRANSACTION_CHECK_TIMES.
     copies = [r for r in theirs["half"] if "TRANSACTION_CHECK_TIMES" in r.props]
     assert {r.flag for r in copies} == {0}, [(r.props["seq"], r.flag) for r in copies]
-    assert (by_seq["u3"].flag, by_seq["u5"].flag) == (3, 1)
+    assert by_seq["u3"].flag == 3
     assert (reals["u3"].props["TRANSACTION_CHECK_TIMES"], reals["u3"].flag) == ("1", 0)
-    assert (reals["u5"].props["TRANSACTION_CHECK_TIMES"], reals["u5"].flag) == ("2", 0)
     assert reals["c2"].flag == 2
-    # transactionCheckMax 2: the second copy is discarded in the very round that wrote it
-    # (TransactionalMessageServiceImpl.check runs needDiscard before its "fresh stored" stop),
-    # while the producer's answer to that check is still on its way: u5 is then committed
-    # from the copy all the same.
+    # transactionCheckMax 2: the second copy is discarded with TRANSACTION_CHECK_TIMES 2, by
+    # the round that wrote it when the broker's dispatch made it visible before the walk got
+    # there (TransactionalMessageServiceImpl.check runs needDiscard before its "fresh stored"
+    # stop), else by the next round. Meanwhile the producer's answer to that same check is on
+    # its way: a COMMIT then commits a message that was discarded as well (seen in a run
+    # with answers ["UNKNOW", "COMMIT"]; not planned here, its outcome is a race).
     assert sorted(r.props["seq"] for r in theirs["discard"]) == ["u5", "u6"]
     assert all(r.props["TRANSACTION_CHECK_TIMES"] == "2" for r in theirs["discard"])
 
@@ -482,6 +501,18 @@ def test_broker551_transaction_records_equal_rmqstore(
     done = replay(theirs, mine, store_host)
     ours = tx_records(mine)
     why = "\n".join(done[-40:]) + "\n" + logs
+    # Beyond RocketMQ, rmqstore marks a discarded half resolved with an op entry as well
+    # (RocketMQ's resolveDiscardMsg writes none): here the last op message, after everything
+    # the broker wrote, naming exactly the discarded copies.
+    extra = ours["op"][len(theirs["op"]) :]
+    discarded = sorted(
+        r.queue_offset
+        for r in ours["half"]
+        if identity("half", r)[1] in map(tx_id, ours["discard"])
+        and r.props.get("TRANSACTION_CHECK_TIMES") == str(CHECK_MAX_TIMES)
+    )
+    assert sorted(q for r in extra for q in op_entries(r)) == discarded, (extra, discarded, why)
+    ours["op"] = ours["op"][: len(theirs["op"])]
     for kind in ("half", "real", "discard", "op"):
         assert len(ours[kind]) == len(theirs[kind]), (kind, len(ours[kind]), len(theirs[kind]), why)
         mine_by_id = {identity(kind, r, i): r for i, r in enumerate(ours[kind])}
