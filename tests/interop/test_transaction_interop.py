@@ -67,6 +67,17 @@ MASKED = {
     "every record": ["storeTimestamp"],
     "op": ["bornTimestamp (the op message is born when it is written)"],
 }
+#: The broker's own check service when it runs on a store: a round every 2 s, halves older
+#: than 500 ms, op messages written within 100 ms (so a round sees the ops of the answers to
+#: the last one). Every round re-appends each pending half even while no producer of its group
+#: is connected (nobody is asked; TRANSACTION_CHECK_TIMES grows): a high transactionCheckMax
+#: keeps the halves from being discarded before the producer registers.
+BROKER_CHECKS = (
+    "--tx-check-interval-ms", "2000",
+    "--tx-timeout-ms", "500",
+    "--tx-op-interval-ms", "100",
+    "--tx-check-max", "1000",
+)  # fmt: skip
 PROP_SEP, NAME_SEP = "\x02", "\x01"
 
 
@@ -600,8 +611,7 @@ def test_broker551_pending_halves_resolved_by_rmqstore(
     started = time.time()
     run = broker551.tx_await(
         path, ports, SIZES, answer_all, TOPICS,
-        "--tx-check-interval-ms", "1000", "--tx-timeout-ms", "100",
-        "--default-check", "COMMIT", "--expect-ends", "0", "--linger-ms", "4000",
+        *BROKER_CHECKS, "--default-check", "COMMIT", "--expect-ends", "0", "--linger-ms", "4500",
     )  # fmt: skip
     logs = with_logs(broker551, run, started)
     assert run.of("txCheck") == [], logs
@@ -655,16 +665,19 @@ def test_rmqstore_pending_halves_resolved_by_broker551(
     started = time.time()
     run = broker551.tx_await(
         path, ports, SIZES, plan, TOPICS,
-        "--tx-check-interval-ms", "1000", "--tx-timeout-ms", "500",
-        "--default-check", "COMMIT", "--expect-ends", str(len(answers)), "--linger-ms", "3000",
+        *BROKER_CHECKS, "--default-check", "COMMIT", "--expect-ends", str(len(answers)),
+        "--linger-ms", "3000",
     )  # fmt: skip
     logs = with_logs(broker551, run, started)
     checks = run.of("txCheck")
-    # Every pending half asked once, through the group rmqstore wrote, and nothing else.
-    assert sorted(c["seq"] for c in checks) == sorted(answers), logs
+    # Every pending half asked, through the group rmqstore wrote, and nothing else; the
+    # first answer settles it (a later ask, if the broker's op message was not written before
+    # its next round, is answered UNKNOW by the plan).
+    assert sorted({c["seq"] for c in checks}) == sorted(answers), logs
     for c in checks:
         assert (c["producerGroup"], c["transactionId"]) == (GROUP, ids[c["seq"]]), c
-        assert c["checkTimes"] == "1", c
+        assert int(c["checkTimes"]) >= 1, c
+    assert sorted(c["seq"] for c in checks if c["asked"] == 0) == sorted(answers), logs
     committed = sorted([s for s, c in {**ended, **answers}.items() if c])
     consumed = sorted(m["properties"]["seq"] for m in run.of("consumed"))
     assert consumed == committed, logs
