@@ -46,6 +46,10 @@ pub enum StoreError {
     /// A failure inside the engine that is not the caller's or the files' (a worker thread
     /// died); the operation can be retried.
     Internal(String),
+    /// `end_transaction` named no half message (no half at that offset, or an unknown id).
+    TransactionNotFound(String),
+    /// `end_transaction` named a transaction already committed or rolled back.
+    TransactionEnded(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -120,6 +124,8 @@ impl fmt::Display for StoreError {
             StoreError::Closed => f.write_str("the store is closed"),
             StoreError::ForkedCopy(msg) => f.write_str(msg),
             StoreError::Internal(msg) => write!(f, "internal error: {msg}"),
+            StoreError::TransactionNotFound(msg) => f.write_str(msg),
+            StoreError::TransactionEnded(msg) => f.write_str(msg),
             StoreError::ReadOnly(what) => write!(
                 f,
                 "the store is open read-only: {what} needs a store opened for writing"

@@ -20,6 +20,7 @@ pub mod read;
 pub mod schedule;
 pub(crate) mod store;
 pub(crate) mod timer;
+pub mod transaction;
 pub(crate) mod wait;
 
 pub mod config;
@@ -38,4 +39,5 @@ pub use file::mapped_file::MappedFile;
 pub use format::{HostAddr, Message, MessageExt, PutMessageStatus};
 pub use store::{MessageStore, PutBatch, PutMessageHook, StoreState, RECALL_MESSAGE_TAG};
 pub use timer::{TimerDequeueStep, TimerEnqueueStep, TimerStats, TIMER_TOPIC};
+pub use transaction::{CheckParams, CheckStep, EndOutcome, PendingTx, TxStats, TxTarget};
 pub use util::now_millis;

@@ -50,6 +50,10 @@ fn build(py: Python<'_>, err: &StoreError) -> PyResult<PyErr> {
             class(py, "StoreClosedError")?.call1((msg,))?
         }
         StoreError::ReadOnly(_) => class(py, "StoreReadOnlyError")?.call1((msg,))?,
+        StoreError::TransactionNotFound(_) => {
+            class(py, "TransactionNotFoundError")?.call1((msg,))?
+        }
+        StoreError::TransactionEnded(_) => class(py, "TransactionEndedError")?.call1((msg,))?,
         // The core enum is non-exhaustive: anything new is still an RmqStoreError.
         _ => class(py, "RmqStoreError")?.call1((msg,))?,
     };

@@ -10,6 +10,8 @@ mod schedule;
 mod steps;
 mod store;
 mod timer;
+mod transaction;
+mod transaction_check;
 
 #[pyo3::pymodule]
 mod _rmqstore {

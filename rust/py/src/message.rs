@@ -593,6 +593,8 @@ impl GetMessageResult {
 pub struct PutMessageResult {
     pub inner: AppendResult,
     pub store_host: HostAddr,
+    /// The transaction id of a `prepare_message` (None for ordinary puts).
+    pub transaction_id: Option<String>,
 }
 
 #[pymethods]
@@ -608,6 +610,11 @@ impl PutMessageResult {
     #[getter]
     fn wrote_offset(&self) -> i64 {
         self.inner.wrote_offset
+    }
+    /// The transaction id of a half message (`prepare_message`), None for ordinary puts.
+    #[getter]
+    fn transaction_id(&self) -> Option<&str> {
+        self.transaction_id.as_deref()
     }
     #[getter]
     fn wrote_bytes(&self) -> i64 {

@@ -89,7 +89,7 @@ pub(super) struct PutState {
 }
 
 impl PutState {
-    fn next_queue_offset(&self, topic: &str, queue_id: i32) -> i64 {
+    pub(super) fn next_queue_offset(&self, topic: &str, queue_id: i32) -> i64 {
         self.queue_offsets
             .get(topic)
             .and_then(|q| q.get(&queue_id))
@@ -105,7 +105,7 @@ impl PutState {
         self.queue_offsets.get_mut(topic).expect("inserted above")
     }
 
-    fn set_queue_offset(&mut self, topic: &str, queue_id: i32, next: i64) {
+    pub(super) fn set_queue_offset(&mut self, topic: &str, queue_id: i32, next: i64) {
         self.queues_mut(topic).insert(queue_id, next);
     }
 
@@ -117,14 +117,14 @@ impl PutState {
 }
 
 impl CommitLog {
-    fn lock_put(&self) -> MutexGuard<'_, PutState> {
+    pub(super) fn lock_put(&self) -> MutexGuard<'_, PutState> {
         let g = self.put.lock().unwrap_or_else(|p| p.into_inner());
         self.begin_time_in_lock
             .store(now_millis(), Ordering::Release);
         g
     }
 
-    fn unlock_put(&self, g: MutexGuard<'_, PutState>) {
+    pub(super) fn unlock_put(&self, g: MutexGuard<'_, PutState>) {
         self.begin_time_in_lock.store(0, Ordering::Release);
         drop(g);
     }
@@ -163,7 +163,7 @@ impl CommitLog {
 
     /// The checks RocketMQ's put hook makes before encoding: a full disk refuses writes, and a
     /// writer stuck in the append lock makes others back off.
-    fn admission(&self) -> Result<(), PutMessageStatus> {
+    pub(super) fn admission(&self) -> Result<(), PutMessageStatus> {
         if self.disk_full.load(Ordering::Acquire) {
             return Err(PutMessageStatus::ServiceNotAvailable);
         }
@@ -302,7 +302,11 @@ impl CommitLog {
     /// `handleDiskFlush`: in SYNC_FLUSH mode a put returns once its bytes are forced, or with
     /// FLUSH_DISK_TIMEOUT after `syncFlushTimeout` (the message is stored either way); a message
     /// whose WAIT property is "false" does not wait.
-    fn handle_disk_flush(&self, mut r: AppendResult, wait: Option<&str>) -> AppendResult {
+    pub(super) fn handle_disk_flush(
+        &self,
+        mut r: AppendResult,
+        wait: Option<&str>,
+    ) -> AppendResult {
         if self.pool.is_some() && !self.sync_flush && self.wake_commit_on_put && r.is_ok() {
             self.commits.request();
         }
@@ -315,7 +319,7 @@ impl CommitLog {
         r
     }
 
-    fn new_segment(&self) -> Result<Arc<MappedFile>, PutMessageStatus> {
+    pub(super) fn new_segment(&self) -> Result<Arc<MappedFile>, PutMessageStatus> {
         if let Err(e) = self.refresh_disk_full() {
             log::warn!(target: "rmqstore.disk", "cannot read disk usage: {e}");
         }

@@ -12,6 +12,7 @@
 //! - `check`: whether a record is legal at a position (shared with dispatch).
 
 mod append;
+mod append_records;
 mod check;
 mod disk;
 mod flush;
@@ -20,6 +21,7 @@ mod read;
 mod recovery;
 
 pub use append::{AppendResult, Batch};
+pub(crate) use append_records::EncodedRecords;
 pub(crate) use check::{queue_fields_are_legal, queue_position_is_legal};
 pub(crate) use flush::CommitRequests;
 pub use flush::CommitStep;

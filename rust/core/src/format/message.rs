@@ -249,6 +249,8 @@ pub struct MessageExt {
     /// SYSFLAG as stored ([`MessageExt::sys_flag`] loses the COMPRESSED bit when the body is
     /// decompressed, as RocketMQ's decoder does).
     stored_sys_flag: i32,
+    /// A topic given instead of the record's (a transaction half shown with its real topic).
+    topic_override: Option<Box<str>>,
 }
 
 fn span(outer: &[u8], inner: &[u8]) -> (u32, u32) {
@@ -280,6 +282,7 @@ impl MessageExt {
             raw,
             decompressed: None,
             stored_sys_flag: d.sys_flag,
+            topic_override: None,
         }
     }
 
@@ -327,7 +330,17 @@ impl MessageExt {
     }
 
     pub fn topic(&self) -> Cow<'_, str> {
-        String::from_utf8_lossy(self.slice(self.topic))
+        match &self.topic_override {
+            Some(t) => Cow::Borrowed(t),
+            None => String::from_utf8_lossy(self.slice(self.topic)),
+        }
+    }
+
+    /// Shows the message with `topic` instead of its record's (as RocketMQ's `setTopic` on a
+    /// decoded message: the transaction check hands a half to the producer with its real
+    /// topic).
+    pub fn set_topic(&mut self, topic: &str) {
+        self.topic_override = Some(topic.into());
     }
 
     pub(crate) fn properties_str(&self) -> Cow<'_, str> {

@@ -47,5 +47,7 @@ pub(crate) use properties::{
     DispatchProps,
 };
 pub use record::{MessageVersion, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH};
-pub(crate) use record::{BORN_HOST_POSITION, SYSFLAG_POSITION};
+pub(crate) use record::{
+    BORN_HOST_POSITION, PHYSICAL_OFFSET_POSITION, QUEUE_OFFSET_POSITION, SYSFLAG_POSITION,
+};
 pub use record::{MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2};

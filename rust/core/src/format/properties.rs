@@ -16,6 +16,18 @@ pub mod property {
     pub const WAIT: &str = "WAIT";
     pub const DELAY: &str = "DELAY";
     pub const KEY_SEPARATOR: char = ' ';
+    /// `PROPERTY_TRANSACTION_PREPARED`.
+    pub const TRAN_MSG: &str = "TRAN_MSG";
+    /// `PROPERTY_PRODUCER_GROUP`.
+    pub const PGROUP: &str = "PGROUP";
+    /// `TransactionalMessageUtil.TRANSACTION_ID`.
+    pub const TRANSACTION_ID: &str = "__transactionId__";
+    /// `PROPERTY_TRANSACTION_CHECK_TIMES`.
+    pub const TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
+    /// `PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS`.
+    pub const CHECK_IMMUNITY_TIME_IN_SECONDS: &str = "CHECK_IMMUNITY_TIME_IN_SECONDS";
+    /// `PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET`.
+    pub const TRAN_PREPARED_QUEUE_OFFSET: &str = "TRAN_PREPARED_QUEUE_OFFSET";
 }
 
 /// `messageProperties2String`: `name \x01 value \x02` for every entry (the string allocated

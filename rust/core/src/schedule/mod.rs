@@ -60,7 +60,7 @@ use crate::format::{for_each_property, property, PutMessageStatus, RecordView};
 /// `TopicValidator.RMQ_SYS_SCHEDULE_TOPIC`.
 pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
 /// `TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC`: delivery drops messages whose real topic it is.
-pub const HALF_TOPIC: &str = "RMQ_SYS_TRANS_HALF_TOPIC";
+pub use crate::transaction::HALF_TOPIC;
 /// `MessageConst.PROPERTY_REAL_TOPIC`.
 pub const REAL_TOPIC: &str = "REAL_TOPIC";
 /// `MessageConst.PROPERTY_REAL_QUEUE_ID`.

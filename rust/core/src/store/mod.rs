@@ -19,6 +19,8 @@ mod schedule;
 mod services;
 mod state;
 mod timer;
+mod transaction;
+mod transaction_check;
 
 pub use hooks::{PutBatch, PutMessageHook};
 pub(crate) use state::StateMachine;
@@ -43,7 +45,7 @@ use crate::queue::store::ConsumeQueueStore;
 use crate::wait::DataSignal;
 
 /// The store's parts while it is open (`None` in [`MessageStore`] once closed).
-struct Open {
+pub(crate) struct Open {
     commitlog: CommitLog,
     cqs: Arc<ConsumeQueueStore>,
     index: Option<Arc<IndexService>>,
@@ -150,6 +152,10 @@ pub struct MessageStore {
     schedule: schedule::ScheduleProgress,
     /// The timer message engine (a writable store with `timer_wheel_enable`).
     timer: Option<Arc<crate::timer::TimerEngine>>,
+    /// Transactional messages: the table, the op queue, the check progress, the counters.
+    tx: crate::transaction::TxState,
+    /// One transaction check round at a time (`transaction_check`).
+    tx_check_round: Mutex<()>,
 }
 
 /// Dispatch chunk used while opening (catch-up before the store is handed out).
@@ -369,6 +375,13 @@ impl MessageStore {
             return Ok(());
         };
         let _ = self.machine.transit(StoreState::ShutdownBegin);
+        // Queued op messages are written before the files close (the op batch service's last
+        // round).
+        let ops_written = if self.read_only {
+            Ok(())
+        } else {
+            self.tx_close_ops(&open)
+        };
         if self.read_only {
             // Nothing was written: let go of the mappings.
             drop(open);
@@ -416,6 +429,7 @@ impl MessageStore {
         let _ = self.machine.transit(StoreState::ShutdownOk);
         flushed.map(|_| ())?;
         timer_flushed?;
+        ops_written?;
         dispatched?;
         cq_flushed?;
         index_flushed?;

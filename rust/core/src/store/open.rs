@@ -285,6 +285,8 @@ impl MessageStore {
             },
             schedule: super::schedule::ScheduleProgress::new(levels),
             timer: None,
+            tx: crate::transaction::TxState::new(),
+            tx_check_round: std::sync::Mutex::new(()),
         }
     }
 
