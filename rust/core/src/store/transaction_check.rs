@@ -153,6 +153,10 @@ impl MessageStore {
     /// `limit`.
     pub fn pending_transactions(&self, limit: usize) -> Result<Vec<PendingTx>> {
         self.with_open(|o| {
+            if !self.read_only {
+                // The check's latest copies are in the half queue once dispatched.
+                Self::tx_catch_up(o)?;
+            }
             let mut list = PendingList::default();
             let half_cq = o.cqs.find(HALF_TOPIC, 0);
             let op_cq = o.cqs.find(OP_TOPIC, 0);
