@@ -595,8 +595,9 @@ def test_broker551_pending_halves_resolved_by_rmqstore(
             assert (res.ended, res.transaction_id) == (True, ids[seq]), res
         store.set_transaction_checker(checker)
         time.sleep(0.2)  # older than transaction_timeout
-        store.check_transactions()
+        report = store.check_transactions()
         assert sorted(asked) == sorted(BY_CHECKER), asked
+        assert (report.checked, report.committed, report.rolled_back) == (6, 4, 2), report
         assert store.pending_transactions() == []
         with pytest.raises(rmqstore.errors.TransactionEndedError):
             store.end_transaction(ids["p0"], True)
