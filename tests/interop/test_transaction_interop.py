@@ -8,7 +8,7 @@
   rmqstore replays the same sequence on an empty store in the broker's record order (prepare
   with the client's ``UNIQ_KEY`` read back from the broker's half, commit, rollback, its check
   rounds, op writes where the broker wrote its op messages): every record is byte-equal,
-  store timestamps and the op messages' born timestamps aside (``MASKED``).
+  store timestamps and the op messages' born timestamps aside (``Record.masked``).
 - ``test_broker551_pending_halves_resolved_by_rmqstore``: halves the broker left pending are
   ended by rmqstore (``end_transaction`` by transaction id, and its check service with a
   checker); rmqstore's consumer and then the broker's own (restarted on the store, its check
@@ -60,13 +60,6 @@ TX_OPTIONS = (
     "--tx-op-max-size", str(OP_MAX_SIZE),
     "--tx-op-interval-ms", "1000",
 )  # fmt: skip
-#: What the record comparison leaves out, by record kind (byte ranges of RocketMQ's layout:
-#: 4 size, 4 magic, 4 body CRC, 4 queue id, 4 flag, 8 queue offset, 8 physical offset,
-#: 4 sysflag, 8 born timestamp, born host, 8 store timestamp, ...).
-MASKED = {
-    "every record": ["storeTimestamp"],
-    "op": ["bornTimestamp (the op message is born when it is written)"],
-}
 #: The broker's own check service when it runs on a store: a round every 2 s, halves older
 #: than 500 ms, op messages written within 100 ms (so a round sees the ops of the answers to
 #: the last one). Every round re-appends each pending half even while no producer of its group
@@ -170,6 +163,10 @@ class Record:
         return [p.partition(NAME_SEP)[0] for p in self.props_string.split(PROP_SEP) if p]
 
     def masked(self, kind: str) -> bytes:
+        """The bytes compared: the store timestamp zeroed (every record), and the born
+        timestamp of an op message (born when the batch service writes it). Nothing else: the
+        hosts, the commitlog, queue and prepared offsets, the body and the properties are all
+        compared."""
         raw = bytearray(self.raw)
         raw[self.store_at : self.store_at + 8] = b"\0" * 8
         if kind == "op":
