@@ -546,11 +546,16 @@ def test_broker551_transaction_records_equal_rmqstore(
 def pending_plan() -> list[dict[str, Any]]:
     """Ten transactions the producer never settles (no check: the broker's service waits an
     hour): rmqstore ends p0-p3 by transaction id, its checker the rest by seq."""
-    return [plan_line(f"p{i}", i, "UNKNOW") for i in range(10)]
+    plan = [plan_line(f"p{i}", i, "UNKNOW") for i in range(10)]
+    # Over the client's 4 KiB threshold: the broker stores the half zlib-compressed.
+    plan.append(plan_line("p10", 10, "UNKNOW", body=b64(BIG_BODY)))
+    return plan
 
 
-#: p0-p3: end_transaction by id; p4-p9: the checker.
-BY_ID = {"p0": True, "p1": False, "p2": True, "p3": False}
+#: A body the client compresses (compressMsgBodyOverHowmuch is 4096).
+BIG_BODY = b"".join(b"line %05d of a long transactional body\n" % i for i in range(200))
+#: p0-p3 and p10: end_transaction by id; p4-p9: the checker.
+BY_ID = {"p0": True, "p1": False, "p2": True, "p3": False, "p10": True}
 BY_CHECKER = {"p4": True, "p5": False, "p6": True, "p7": True, "p8": False, "p9": True}
 
 
@@ -601,6 +606,15 @@ def test_broker551_pending_halves_resolved_by_rmqstore(
         assert store.wait_dispatched(30)
         committed = sorted(s for s, c in {**BY_ID, **BY_CHECKER}.items() if c)
         assert real_seqs(store) == committed
+        big = [m for t in TOPICS for q in (0, 1) for m in read_queue(store, t, q)]
+        assert [m.body for m in big if m.properties["seq"] == "p10"] == [BIG_BODY]
+    # The commit keeps the body as the half stored it: compressed, with the COMPRESSED bit.
+    records = tx_records(path)
+    half = [r for r in records["half"] if r.props["seq"] == "p10"][-1]
+    real = next(r for r in records["real"] if r.props["seq"] == "p10")
+    assert half.sys_flag & 1, half.sys_flag
+    assert (real.body, real.sys_flag) == (half.body, (half.sys_flag & ~0x0C) | 0x08)
+    assert real.prepared_offset == half.offset
 
     # The broker on the store rmqstore left: its check service runs every second (a half
     # still pending would be asked within the linger, and every answer is COMMIT: a second
@@ -616,6 +630,8 @@ def test_broker551_pending_halves_resolved_by_rmqstore(
     consumed = sorted(m["properties"]["seq"] for m in run.of("consumed"))
     assert consumed == committed, logs
     for m in run.of("consumed"):
+        if m["properties"]["seq"] == "p10":  # decompressed by the client
+            assert base64.b64decode(m["body"]) == BIG_BODY
         assert m["properties"]["UNIQ_KEY"] == ids[m["properties"]["seq"]]
         assert norm_host(m["storeHost"]) == norm_host(store_host)
 
