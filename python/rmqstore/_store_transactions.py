@@ -195,7 +195,7 @@ class TransactionsMixin:
         ``TRANS_CHECK_MAX_TIME_TOPIC`` (logged) and ``on_discard(message)`` is called (an
         exception in it is logged). Both are called from the check service's thread (or the
         caller of :meth:`check_transactions`) with no store lock held: they may call the
-        store, ``end_transaction`` included.
+        store, ``end_transaction`` included. :meth:`close` waits for a call in progress.
 
         Without a checker no check round runs: pending halves are left alone and their number
         is logged. A read-only store raises :class:`~rmqstore.errors.StoreReadOnlyError`.

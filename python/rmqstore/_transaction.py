@@ -367,7 +367,8 @@ class TransactionCheckService(ServiceThread):
     an answer racing a user's ``end_transaction`` harmless: the later one finds it ended),
     UNKNOWN, an exception or an answer of another type leave it for a later round (logged
     with the transaction id). Each discarded half is logged and passed to ``on_discard``.
-    After every step the progress is saved (:class:`TransactionProgress`).
+    The progress is saved (:class:`TransactionProgress`) at the end of the round and, within
+    a long one, every :attr:`persist_seconds`.
 
     Rounds never overlap: :meth:`check_now` (``MessageStore.check_transactions``) waits for a
     running round. With no checker set, no round runs; the number of pending transactions is
@@ -378,6 +379,9 @@ class TransactionCheckService(ServiceThread):
 
     #: Copies one core call re-appends at most before the checker is asked about them.
     max_to_check = 1000
+    #: Within a long round the progress is saved at most this often (s), and at its end: a
+    #: crash repeats at most this much of the round's checks.
+    persist_seconds = 1.0
     #: How many pending transactions are counted for the log line of a store without checker.
     pending_log_limit = 1000
 
@@ -489,6 +493,7 @@ class TransactionCheckService(ServiceThread):
         began = time.monotonic()
         start_ms = _now_ms()
         counts = _Counts()
+        persisted = began
         while True:
             step = self._core.transaction_check(
                 start_ms, self.timeout_ms, self.check_max, FILE_RESERVED_MS, self.max_to_check
@@ -504,10 +509,14 @@ class TransactionCheckService(ServiceThread):
                 if self._stopped.is_set():
                     break
                 self._ask(offset, checker, counts)
-            self._persist()
-            if step["done"] or self._stopped.is_set():
+            last = step["done"] or self._stopped.is_set()
+            stuck = not (last or step["examined"] or to_check or discarded)
+            if last or stuck or time.monotonic() - persisted >= self.persist_seconds:
+                self._persist()
+                persisted = time.monotonic()
+            if last:
                 break
-            if not step["examined"] and not to_check and not discarded:
+            if stuck:
                 # Not done, yet nothing moved: a core that cannot go on now; next round.
                 log.warning("%s: the check walk made no progress; stopping the round", self.name)
                 break
