@@ -208,6 +208,37 @@ class BrokerHarness:
         queues (its ScheduleMessageService and TimerMessageStore delivering)."""
         return self.run(ports, sizes, *options, "await-delivery", str(store), str(expect))
 
+    def tx_run(
+        self,
+        store: Path,
+        ports: tuple[int, int, int],
+        sizes: BrokerSizes,
+        plan: list[dict[str, Any]],
+        *options: str,
+    ) -> BrokerRun:
+        """``tx-run``: a TransactionMQProducer sends every planned transaction (``local``:
+        COMMIT, ROLLBACK, UNKNOW) through a broker on ``store``, then ``--check-rounds`` rounds
+        of the broker's own check answer ``checks``; the broker shuts down with every op entry
+        written."""
+        return self.run(ports, sizes, *options, "tx-run", str(store), str(self._jsonl(store, plan)))
+
+    def tx_await(
+        self,
+        store: Path,
+        ports: tuple[int, int, int],
+        sizes: BrokerSizes,
+        plan: list[dict[str, Any]],
+        topics: list[str],
+        *options: str,
+    ) -> BrokerRun:
+        """``tx-await``: a broker on ``store`` with its check service running and a
+        TransactionMQProducer answering its checks from ``plan`` (by ``seq``); waits for
+        ``--expect-ends`` ends, then reads ``topics`` with a pull consumer."""
+        return self.run(
+            ports, sizes, *options, "tx-await", str(store), str(self._jsonl(store, plan)),
+            ",".join(topics),
+        )  # fmt: skip
+
     def run(self, ports: tuple[int, int, int], sizes: BrokerSizes, *args: str) -> BrokerRun:
         """One harness command that starts the broker; its lines (fails on a non-zero exit)."""
         started = time.time()

@@ -63,6 +63,9 @@ import rmqshared.Json;
  *   send STORE MESSAGES.jsonl, await-delivery STORE N
  *       scheduled messages (delay levels, timer messages) through the broker: see
  *       {@link ScheduledSends}
+ *   tx-run STORE PLAN.jsonl, tx-await STORE PLAN.jsonl TOPICS
+ *       transactional messages through the broker and a TransactionMQProducer (half, commit,
+ *       rollback, the broker's check-back): see {@link TransactionCommands}
  * </pre>
  *
  * Options: --namesrv-port P, --broker-port P (the broker also listens on P-2), --ha-port P,
@@ -112,7 +115,8 @@ public final class BrokerHarness {
     private int run(List<String> rest) throws Exception {
         if (rest.isEmpty()) {
             System.err.println("usage: BrokerHarness [options] serve STORE TOPICS [MESSAGES.jsonl] | load-offsets DIR..."
-                + " | send STORE MESSAGES.jsonl | await-delivery STORE N");
+                + " | send STORE MESSAGES.jsonl | await-delivery STORE N | tx-run STORE PLAN.jsonl"
+                + " | tx-await STORE PLAN.jsonl TOPICS");
             return 2;
         }
         switch (rest.get(0)) {
@@ -122,6 +126,10 @@ public final class BrokerHarness {
                 return new ScheduledSends(this).send(rest.get(1), Paths.get(rest.get(2)));
             case "await-delivery":
                 return new ScheduledSends(this).awaitDelivery(rest.get(1), Long.parseLong(rest.get(2)));
+            case "tx-run":
+                return new TransactionCommands(this).run(rest.get(1), Paths.get(rest.get(2)));
+            case "tx-await":
+                return new TransactionCommands(this).await(rest.get(1), Paths.get(rest.get(2)), rest.get(3));
             case "load-offsets":
                 for (String dir : rest.subList(1, rest.size())) {
                     loadOffsets(dir);
@@ -177,6 +185,7 @@ public final class BrokerHarness {
         bc.setBrokerName(BROKER);
         bc.setBrokerId(0);
         bc.setAutoCreateTopicEnable(false);
+        TransactionCommands.configure(bc, args);
         NettyServerConfig server = new NettyServerConfig();
         server.setBindAddress(LOOPBACK);
         server.setListenPort((int) args.opt("broker-port", 10911));
@@ -508,7 +517,7 @@ public final class BrokerHarness {
     }
 
     @SuppressWarnings("unchecked")
-    private static Message message(Map<String, Object> d, byte[] body) {
+    static Message message(Map<String, Object> d, byte[] body) {
         Message m = new Message((String) d.get("topic"), body);
         Object tags = d.get("tags");
         if (tags != null) {
