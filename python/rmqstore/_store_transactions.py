@@ -92,8 +92,8 @@ class TransactionsMixin:
     def _close_transactions(self) -> None:
         """Writes the queued op entries (whatever their size) and saves the check's progress,
         once the services stopped and before the core closes. A failure is logged: closing
-        goes on (a transaction whose op was not written is found ended again at the next open
-        by the core's lookup, never committed twice)."""
+        goes on (a commit whose op was not written is found by the core's lookup and never
+        written twice; a rollback's half is checked again)."""
         if self._tx_ops is not None:
             try:
                 self._tx_ops.flush_all()
