@@ -40,6 +40,8 @@ __all__ = ["TransactionsMixin"]
 log = logging.getLogger("rmqstore.store")
 
 _MAX_LONG = 2**63 - 1
+_COMMIT = TransactionState.COMMIT
+_ROLLBACK = TransactionState.ROLLBACK
 
 
 def _transaction_target(target: object) -> int | str:
@@ -169,13 +171,13 @@ class TransactionsMixin:
             raise ArgumentTypeError(f"commit must be a bool, not {type(commit).__name__}")
         out = self._core.end_transaction(target, commit)
         ended: bool = out["ended"]
-        if ended:
+        if ended and ops.interval_ms == 0:
             ops.note_op()
         return EndTransactionResult(
             out["transaction_id"],
             out["half_offset"],
             out["half_queue_offset"],
-            TransactionState.COMMIT if commit else TransactionState.ROLLBACK,
+            _COMMIT if commit else _ROLLBACK,
             ended,
             out["result"],
         )
