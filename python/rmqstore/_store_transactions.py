@@ -88,6 +88,9 @@ class TransactionsMixin:
         progress = TransactionProgress(self._core, offsets)
         progress.load()
         self._tx_ops = TransactionalOpBatchService.for_config(self._core, cfg)
+        # The core takes the op size and interval an end_transaction writes by from the op
+        # service's calls: give them now, before any transaction can end.
+        self._tx_ops.configure_core()
         self._tx_check = TransactionCheckService(self._core, progress, self._tx_ops, cfg)
         return [self._tx_ops, self._tx_check]
 

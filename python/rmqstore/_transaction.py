@@ -243,6 +243,11 @@ class TransactionalOpBatchService(ServiceThread):
         max_size = min(cfg.transaction_op_msg_max_size, max(cfg.max_message_size - OP_ENTRY_MAX, 1))
         return cls(core, max_size, cfg.transaction_op_batch_interval)
 
+    def configure_core(self) -> None:
+        """Hands the op size and interval to the core (a round with nothing due): a
+        transaction that fills a batch writes it with these, from the first one on."""
+        self._core.transaction_flush_ops(_now_ms(), self.max_size, self.interval_ms, False)
+
     def note_op(self) -> None:
         """An op entry was queued. The core writes the op messages on the ending thread once
         the queued text reaches the size; with ``transaction_op_batch_interval`` = 0 every
