@@ -243,6 +243,11 @@ class TransactionalOpBatchService(ServiceThread):
         max_size = min(cfg.transaction_op_msg_max_size, max(cfg.max_message_size - OP_ENTRY_MAX, 1))
         return cls(core, max_size, cfg.transaction_op_batch_interval)
 
+    def configure_core(self) -> None:
+        """Hands the op size and interval to the core (a round with nothing due): a
+        transaction that fills a batch writes it with these, from the first one on."""
+        self._core.transaction_flush_ops(_now_ms(), self.max_size, self.interval_ms, False)
+
     def note_op(self) -> None:
         """An op entry was queued. The core writes the op messages on the ending thread once
         the queued text reaches the size; with ``transaction_op_batch_interval`` = 0 every
@@ -587,31 +592,43 @@ class TransactionCheckService(ServiceThread):
             counts.unknown += 1
             log.warning("%s: no half message at offset %d any more", self.name, offset)
             return
-        tx_id = transaction_id_of(msg)
-        state = self._answer(checker, msg, tx_id, counts)
+        state = self._answer(checker, msg, counts)
         if state is TransactionState.UNKNOWN:
             counts.unknown += 1
             return
-        self._apply(offset, state, tx_id, counts)
+        self._apply(offset, state, msg, counts)
 
-    def _apply(self, offset: int, state: TransactionState, tx_id: str, counts: _Counts) -> None:
-        """Ends the transaction of the copy at ``offset`` as the checker answered."""
+    def _apply(
+        self, offset: int, state: TransactionState, msg: MessageExt, counts: _Counts
+    ) -> None:
+        """Ends the transaction of the copy at ``offset`` as the checker answered (the
+        transaction id, read from the message's properties, only for the log)."""
         commit = state is TransactionState.COMMIT
         try:
             outcome = self._core.end_transaction(offset, commit)
         except TransactionEndedError as exc:
             counts.already_ended += 1
-            log.info("%s: transaction %s was ended meanwhile: %s", self.name, tx_id, exc)
+            log.info(
+                "%s: transaction %s was ended meanwhile: %s",
+                self.name,
+                transaction_id_of(msg),
+                exc,
+            )
             return
         except TransactionNotFoundError as exc:
             counts.failed += 1
-            log.warning("%s: transaction %s: %s", self.name, tx_id, exc)
+            log.warning("%s: transaction %s: %s", self.name, transaction_id_of(msg), exc)
             return
         except StoreClosedError:
             raise
         except Exception:
             counts.failed += 1
-            log.exception("%s: applying %s to transaction %s failed", self.name, state.name, tx_id)
+            log.exception(
+                "%s: applying %s to transaction %s failed",
+                self.name,
+                state.name,
+                transaction_id_of(msg),
+            )
             return
         if not outcome["ended"]:
             counts.failed += 1
@@ -619,7 +636,7 @@ class TransactionCheckService(ServiceThread):
             log.warning(
                 "%s: committing transaction %s: the real put answered %s; still pending",
                 self.name,
-                tx_id,
+                transaction_id_of(msg),
                 None if result is None else result.status.name,
             )
             return
@@ -629,9 +646,7 @@ class TransactionCheckService(ServiceThread):
         else:
             counts.rolled_back += 1
 
-    def _answer(
-        self, checker: Checker, msg: MessageExt, tx_id: str, counts: _Counts
-    ) -> TransactionState:
+    def _answer(self, checker: Checker, msg: MessageExt, counts: _Counts) -> TransactionState:
         try:
             state = checker(msg)
         except Exception:
@@ -640,7 +655,7 @@ class TransactionCheckService(ServiceThread):
                 "%s: the transaction checker raised for transaction %s (topic %s); counted "
                 "as UNKNOWN",
                 self.name,
-                tx_id,
+                transaction_id_of(msg),
                 msg.topic,
                 exc_info=True,
             )
@@ -652,7 +667,7 @@ class TransactionCheckService(ServiceThread):
                 "rmqstore.TransactionState; counted as UNKNOWN",
                 self.name,
                 state,
-                tx_id,
+                transaction_id_of(msg),
             )
             return TransactionState.UNKNOWN
         return state
