@@ -26,7 +26,6 @@ use crate::steps::{
     AllocationStep, CommitStep, DispatchStep, GroupCommitStep, PoolBuffers, ReadBatchBuffers,
 };
 use crate::timer;
-use crate::transaction_check;
 
 /// The bodies of a batch, readable without the GIL.
 ///
@@ -77,7 +76,7 @@ impl<'py> Bodies<'py> {
 /// The Rust store behind `rmqstore.MessageStore`.
 #[pyclass(frozen, module = "rmqstore._rmqstore")]
 pub struct Store {
-    inner: Arc<MessageStore>,
+    pub(crate) inner: Arc<MessageStore>,
 }
 
 impl Drop for Store {
@@ -94,7 +93,7 @@ impl Store {
     /// Runs `f` on the store with the GIL released (every store call touches files or maps)
     /// and maps its error into the Python exception tree. (In a process forked from the one
     /// that opened the store, the core refuses the call: see `rmqstore_core::fork`.)
-    fn run<T: Send>(
+    pub(crate) fn run<T: Send>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&MessageStore) -> rmqstore_core::Result<T> + Send,
@@ -732,116 +731,6 @@ impl Store {
     /// Delay in ms of levels 1..max (`message_delay_level`).
     fn schedule_levels(&self, py: Python<'_>) -> PyResult<Vec<i64>> {
         self.run(py, |s| Ok(s.schedule_levels()))
-    }
-
-    // -- transactional messages --------------------------------------------------------------
-
-    /// Stores `msg` as a transaction half message; the result's `transaction_id` names it.
-    #[pyo3(signature = (msg, producer_group=None))]
-    fn prepare_message(
-        &self,
-        py: Python<'_>,
-        msg: &Bound<'_, Message>,
-        producer_group: Option<PyBackedStr>,
-    ) -> PyResult<PutMessageResult> {
-        let m = &msg.get().inner;
-        let group = producer_group.as_deref();
-        let (r, id) = self.run(py, |s| s.prepare_message(m, group))?;
-        Ok(PutMessageResult {
-            inner: r,
-            store_host: self.inner.config().store_host,
-            transaction_id: Some(id),
-        })
-    }
-
-    /// Commits or rolls back the transaction of a half message, named by its commitlog offset
-    /// (int) or its transaction id (str), exactly once.
-    fn end_transaction<'py>(
-        &self,
-        py: Python<'py>,
-        target: &Bound<'py, PyAny>,
-        commit: bool,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let target = crate::transaction::target(target)?;
-        let out = self.run(py, |s| s.end_transaction(target, commit))?;
-        crate::transaction::outcome(py, out, self.inner.config().store_host)
-    }
-
-    /// One round of the op batch service: writes the op messages due; returns when the next
-    /// round is due (ms; 0 when nothing is queued).
-    fn transaction_flush_ops(
-        &self,
-        py: Python<'_>,
-        now_ms: i64,
-        max_size: i32,
-        interval_ms: i64,
-        force: bool,
-    ) -> PyResult<i64> {
-        self.run(py, |s| {
-            s.transaction_flush_ops(now_ms, max_size, interval_ms, force)
-        })
-    }
-
-    /// Sets the check progress (-1: the queue's minimum), clamped to each queue; returns it.
-    fn transaction_load(
-        &self,
-        py: Python<'_>,
-        half_offset: i64,
-        op_offset: i64,
-    ) -> PyResult<(i64, i64)> {
-        self.run(py, |s| s.transaction_load(half_offset, op_offset))
-    }
-
-    /// The check progress: (half queue offset, op queue offset).
-    fn transaction_offsets(&self, py: Python<'_>) -> PyResult<(i64, i64)> {
-        self.run(py, |s| s.transaction_offsets())
-    }
-
-    /// The transaction figures.
-    fn transaction_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.run(py, |s| s.transaction_stats())?;
-        crate::transaction::stats(py, s)
-    }
-
-    // -- transaction check (issue 18) -----------------------------------------------------
-
-    /// One transaction check round (RocketMQ's `TransactionalMessageServiceImpl.check`, with
-    /// the exactly-once lookup): a dict with `to_check` (commitlog offsets of the copies to
-    /// ask the producer about), `discarded`, `already_committed`, `examined`, `done`.
-    fn transaction_check<'py>(
-        &self,
-        py: Python<'py>,
-        #[pyo3(from_py_with = args::now_ms)] now_ms: i64,
-        #[pyo3(from_py_with = transaction_check::timeout_ms)] timeout_ms: i64,
-        #[pyo3(from_py_with = transaction_check::check_max)] check_max: i32,
-        #[pyo3(from_py_with = transaction_check::file_reserved_ms)] file_reserved_ms: i64,
-        #[pyo3(from_py_with = transaction_check::max_to_check)] max_to_check: usize,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let p = transaction_check::params(now_ms, timeout_ms, check_max, file_reserved_ms);
-        let s = self.run(py, |s| s.transaction_check(p, max_to_check))?;
-        transaction_check::step(py, &s)
-    }
-
-    /// The half message at commitlog offset `offset` as the producer's checker sees it (real
-    /// topic and queue); None when no half message starts there.
-    fn transaction_message(
-        &self,
-        py: Python<'_>,
-        #[pyo3(from_py_with = args::offset)] offset: i64,
-    ) -> PyResult<Option<MessageExt>> {
-        let m = self.run(py, |s| s.transaction_message(offset))?;
-        Ok(m.map(|inner| MessageExt { inner }))
-    }
-
-    /// The unresolved transactions from the check progress (the latest half of each), at
-    /// most `limit`, as dicts.
-    fn pending_transactions<'py>(
-        &self,
-        py: Python<'py>,
-        #[pyo3(from_py_with = transaction_check::limit)] limit: usize,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let list = self.run(py, |s| s.pending_transactions(limit))?;
-        transaction_check::pending(py, &list)
     }
 
     // -- timer messages ---------------------------------------------------------------------

@@ -1,14 +1,16 @@
-//! Transactional messages' calls of `Store` (their Python methods are in `store.rs`, which
-//! calls these): the end target from Python, the end's dict and the figures' dict.
+//! Transactional messages' methods of `Store` (GIL released around each core call) and their
+//! helpers: the end target from Python, the end's dict and the figures' dict.
 
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString};
 use rmqstore_core::format::HostAddr;
 use rmqstore_core::{EndOutcome, TxStats, TxTarget};
 
 use crate::args;
-use crate::message::PutMessageResult;
+use crate::message::{Message, PutMessageResult};
+use crate::store::Store;
 
 /// `half_offset_or_transaction_id`: an int (the half's commitlog offset) or a str (the
 /// transaction id).
@@ -81,4 +83,77 @@ pub(crate) fn stats(py: Python<'_>, s: TxStats) -> PyResult<Bound<'_, PyDict>> {
         d.set_item(k, v)?;
     }
     Ok(d)
+}
+
+/// Transactional messages (a `#[pymethods]` block of its own: `Store`'s methods by concern).
+#[pymethods]
+impl Store {
+    // -- transactional messages --------------------------------------------------------------
+
+    /// Stores `msg` as a transaction half message; the result's `transaction_id` names it.
+    #[pyo3(signature = (msg, producer_group=None))]
+    fn prepare_message(
+        &self,
+        py: Python<'_>,
+        msg: &Bound<'_, Message>,
+        producer_group: Option<PyBackedStr>,
+    ) -> PyResult<PutMessageResult> {
+        let m = &msg.get().inner;
+        let group = producer_group.as_deref();
+        let (r, id) = self.run(py, |s| s.prepare_message(m, group))?;
+        Ok(PutMessageResult {
+            inner: r,
+            store_host: self.inner.config().store_host,
+            transaction_id: Some(id),
+        })
+    }
+
+    /// Commits or rolls back the transaction of a half message, named by its commitlog offset
+    /// (int) or its transaction id (str), exactly once.
+    fn end_transaction<'py>(
+        &self,
+        py: Python<'py>,
+        target: &Bound<'py, PyAny>,
+        commit: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let target = self::target(target)?;
+        let out = self.run(py, |s| s.end_transaction(target, commit))?;
+        outcome(py, out, self.inner.config().store_host)
+    }
+
+    /// One round of the op batch service: writes the op messages due; returns when the next
+    /// round is due (ms; 0 when nothing is queued).
+    fn transaction_flush_ops(
+        &self,
+        py: Python<'_>,
+        now_ms: i64,
+        max_size: i32,
+        interval_ms: i64,
+        force: bool,
+    ) -> PyResult<i64> {
+        self.run(py, |s| {
+            s.transaction_flush_ops(now_ms, max_size, interval_ms, force)
+        })
+    }
+
+    /// Sets the check progress (-1: the queue's minimum), clamped to each queue; returns it.
+    fn transaction_load(
+        &self,
+        py: Python<'_>,
+        half_offset: i64,
+        op_offset: i64,
+    ) -> PyResult<(i64, i64)> {
+        self.run(py, |s| s.transaction_load(half_offset, op_offset))
+    }
+
+    /// The check progress: (half queue offset, op queue offset).
+    fn transaction_offsets(&self, py: Python<'_>) -> PyResult<(i64, i64)> {
+        self.run(py, |s| s.transaction_offsets())
+    }
+
+    /// The transaction figures.
+    fn transaction_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.run(py, |s| s.transaction_stats())?;
+        stats(py, s)
+    }
 }

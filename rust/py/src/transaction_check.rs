@@ -1,12 +1,14 @@
-//! The transaction check's calls of `Store` (their Python methods are in `store.rs`, which
-//! calls these with the GIL released): one check round, the half as the producer's checker
-//! sees it, the pending list; and their results as Python values.
+//! The transaction check's methods of `Store` (GIL released around each core call): one check
+//! round, the half as the producer's checker sees it, the pending list; and their results as
+//! Python values.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use rmqstore_core::transaction::{CheckParams, CheckStep, PendingTx};
 
-use crate::args::int;
+use crate::args::{self, int};
+use crate::message::MessageExt;
+use crate::store::Store;
 
 /// Argument extraction for `from_py_with` (the names are the Python parameter names).
 pub(crate) fn timeout_ms(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
@@ -71,4 +73,49 @@ pub(crate) fn pending<'py>(py: Python<'py>, list: &[PendingTx]) -> PyResult<Boun
         out.append(d)?;
     }
     Ok(out)
+}
+
+/// The transaction check (a `#[pymethods]` block of its own).
+#[pymethods]
+impl Store {
+    // -- transaction check (issue 18) -----------------------------------------------------
+
+    /// One transaction check round (RocketMQ's `TransactionalMessageServiceImpl.check`, with
+    /// the exactly-once lookup): a dict with `to_check` (commitlog offsets of the copies to
+    /// ask the producer about), `discarded`, `already_committed`, `examined`, `done`.
+    fn transaction_check<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = args::now_ms)] now_ms: i64,
+        #[pyo3(from_py_with = timeout_ms)] timeout_ms: i64,
+        #[pyo3(from_py_with = check_max)] check_max: i32,
+        #[pyo3(from_py_with = file_reserved_ms)] file_reserved_ms: i64,
+        #[pyo3(from_py_with = max_to_check)] max_to_check: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let p = params(now_ms, timeout_ms, check_max, file_reserved_ms);
+        let s = self.run(py, |s| s.transaction_check(p, max_to_check))?;
+        step(py, &s)
+    }
+
+    /// The half message at commitlog offset `offset` as the producer's checker sees it (real
+    /// topic and queue); None when no half message starts there.
+    fn transaction_message(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::offset)] offset: i64,
+    ) -> PyResult<Option<MessageExt>> {
+        let m = self.run(py, |s| s.transaction_message(offset))?;
+        Ok(m.map(|inner| MessageExt { inner }))
+    }
+
+    /// The unresolved transactions from the check progress (the latest half of each), at
+    /// most `limit`, as dicts.
+    fn pending_transactions<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = limit)] limit: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let list = self.run(py, |s| s.pending_transactions(limit))?;
+        pending(py, &list)
+    }
 }
