@@ -11,8 +11,8 @@ use super::CommitLog;
 use crate::file::mapped_file::MappedFile;
 use crate::format::MAX_QUEUE_OFFSET;
 use crate::format::{
-    check_envelope, render_properties, sysflag, write_blank, HostAddr, Message, PreparedBody,
-    PutMessageStatus, RecordEnvelope, RecordTemplate, END_FILE_MIN_BLANK_LENGTH,
+    check_envelope, publish_size, render_properties, sysflag, write_blank, HostAddr, Message,
+    PreparedBody, PutMessageStatus, RecordEnvelope, RecordTemplate, END_FILE_MIN_BLANK_LENGTH,
 };
 use crate::util::now_millis;
 
@@ -438,9 +438,14 @@ impl CommitLog {
                     } else {
                         0
                     };
-                    template.write_record(&mut dst[at..at + len], r, qo, phy, store_ts);
+                    // The first record's size is written after every other byte of the
+                    // batch: a kill anywhere before leaves none of it (publish_size).
+                    template.write_record(&mut dst[at..at + len], r, qo, phy, store_ts, i > 0);
                     at += len;
                     phy += i64::from(r.total_len);
+                }
+                if let Some(first) = records.first() {
+                    publish_size(dst, first.total_len);
                 }
             })
         };

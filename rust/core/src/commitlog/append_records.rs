@@ -11,8 +11,8 @@
 
 use super::{AppendResult, CommitLog};
 use crate::format::{
-    check_envelope, sysflag, write_blank, PutMessageStatus, RecordEnvelope, RecordTemplate,
-    END_FILE_MIN_BLANK_LENGTH, MAX_QUEUE_OFFSET,
+    check_envelope, publish_size, sysflag, write_blank, PutMessageStatus, RecordEnvelope,
+    RecordTemplate, END_FILE_MIN_BLANK_LENGTH, MAX_QUEUE_OFFSET,
 };
 use crate::util::now_millis;
 
@@ -102,7 +102,7 @@ impl CommitLog {
         let start = out.buf.len();
         let len = prepared.total_len as usize;
         out.buf.resize(start + len, 0);
-        template.write_record(&mut out.buf[start..], &prepared, 0, 0, 0);
+        template.write_record(&mut out.buf[start..], &prepared, 0, 0, 0, true);
         out.slots.push(Slot {
             start,
             len,
@@ -185,15 +185,19 @@ impl CommitLog {
             }
             let base = file.file_from_offset() + file.wrote_position();
             let from = recs.slots[i].start;
-            let to = recs.slots[j - 1].start + recs.slots[j - 1].len;
             // SAFETY: the append lock is held.
             let wrote = unsafe {
                 file.append_with(bytes, |dst| {
-                    dst.copy_from_slice(&recs.buf[from..to]);
+                    // Each record whole before its size (publish_size): a kill in the middle
+                    // leaves the records before it and none of its own bytes readable.
                     let mut phy = base;
                     for (k, slot) in recs.slots[i..j].iter().enumerate() {
                         let at = slot.start - from;
                         let rec = &mut dst[at..at + slot.len];
+                        let src = &recs.buf[slot.start..slot.start + slot.len];
+                        rec[..4].fill(0);
+                        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+                        rec[4..].copy_from_slice(&src[4..]);
                         let qo = if recs.consumes_offsets {
                             queue_offset + k as i64
                         } else {
@@ -202,6 +206,7 @@ impl CommitLog {
                         write_i64(rec, crate::format::QUEUE_OFFSET_POSITION, qo);
                         write_i64(rec, crate::format::PHYSICAL_OFFSET_POSITION, phy);
                         write_i64(rec, slot.store_ts_pos, store_ts);
+                        publish_size(rec, slot.len as i32);
                         phy += slot.len as i64;
                     }
                 })

@@ -302,9 +302,21 @@ impl MappedFile {
                     size_to_usize(to - from),
                 )
             };
+            // `from` is a record's start (appends publish whole records): its first 4 bytes
+            // (the record's size) go to the file after the rest, so a process killed during
+            // the copy leaves a size of 0 there (the end of the data), never a record whose
+            // tail did not arrive (see format::publish_size).
+            let io = |e| StoreError::io("cannot commit to", &self.path, e);
+            let head = src.len().min(4);
             self.file
-                .write_all_at(src, from as u64)
-                .map_err(|e| StoreError::io("cannot commit to", &self.path, e))?;
+                .write_all_at(&[0u8; 4][..head], from as u64)
+                .map_err(io)?;
+            self.file
+                .write_all_at(&src[head..], (from + head as i64) as u64)
+                .map_err(io)?;
+            self.file
+                .write_all_at(&src[..head], from as u64)
+                .map_err(io)?;
             self.committed.store(to, Ordering::Release);
         }
         if to == self.file_size {

@@ -159,13 +159,17 @@ impl<'a> RecordTemplate<'a> {
         queue_offset: i64,
         phy_offset: i64,
         store_ts: i64,
+        publish: bool,
     ) {
         let h = self.head.len();
         let b = body.body.len();
         let (head, rest) = dst.split_at_mut(h);
         let (body_dst, tail) = rest.split_at_mut(b);
-        head.copy_from_slice(&self.head);
-        head[TOTAL_SIZE_POS..TOTAL_SIZE_POS + 4].copy_from_slice(&body.total_len.to_be_bytes());
+        // The total size is written last (see [`publish_size`]): until then the record reads
+        // as the end of the data.
+        head[..4].fill(0);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        head[4..].copy_from_slice(&self.head[4..]);
         head[BODY_CRC_POS..BODY_CRC_POS + 4].copy_from_slice(&body.body_crc.to_be_bytes());
         head[QUEUE_OFFSET_POSITION..QUEUE_OFFSET_POSITION + 8]
             .copy_from_slice(&queue_offset.to_be_bytes());
@@ -175,7 +179,23 @@ impl<'a> RecordTemplate<'a> {
         head[h - 4..].copy_from_slice(&(b as i32).to_be_bytes());
         body_dst.copy_from_slice(body.body);
         tail.copy_from_slice(&self.tail);
+        if publish {
+            publish_size(dst, body.total_len);
+        }
     }
+}
+
+/// Writes a record's total size into its first 4 bytes once every other byte of it is written.
+///
+/// A process killed while it copies a record leaves the bytes it wrote in the page cache: with
+/// the size written first, a record whose tail never arrived (the kill landed in the page
+/// fault of its next page) would read as whole, only its body being checked by a CRC.
+/// Written last (after a release fence, so neither the compiler nor another thread's view
+/// reorders it before the rest), a record is either whole or reads as size 0, which recovery
+/// and dispatch take as the end of the data.
+pub(crate) fn publish_size(record: &mut [u8], size: i32) {
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+    record[TOTAL_SIZE_POS..TOTAL_SIZE_POS + 4].copy_from_slice(&size.to_be_bytes());
 }
 
 /// One validated body of a template: its CRC and record length.
@@ -217,15 +237,17 @@ impl<'a> PreparedMessage<'a> {
     pub(crate) fn to_vec(&self, queue_offset: i64, phy_offset: i64, store_ts: i64) -> Vec<u8> {
         let mut v = vec![0u8; self.body.total_len as usize];
         self.template
-            .write_record(&mut v, &self.body, queue_offset, phy_offset, store_ts);
+            .write_record(&mut v, &self.body, queue_offset, phy_offset, store_ts, true);
         v
     }
 }
 
 /// Writes the 8-byte end-of-file blank record: remaining size + BLANK magic.
 pub(crate) fn write_blank(dst: &mut [u8], max_blank: i32) {
-    dst[..4].copy_from_slice(&max_blank.to_be_bytes());
+    dst[..4].fill(0);
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
     dst[4..8].copy_from_slice(&BLANK_MAGIC_CODE.to_be_bytes());
+    publish_size(dst, max_blank);
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub(crate) use cq_unit::{encode_unit, whole_units_end, CQ_STORE_UNIT_SIZE, MAX_Q
 pub(crate) use decode::{body_crc_matches, view_record, RecordView};
 pub use decode::{check_record, DecodedRecord, RecordCheck};
 pub(crate) use encode::{
-    check_envelope, write_blank, PreparedBody, RecordEnvelope, RecordTemplate,
+    check_envelope, publish_size, write_blank, PreparedBody, RecordEnvelope, RecordTemplate,
 };
 pub use message::{message_id, HostAddr, Message, MessageExt, PutMessageStatus};
 pub(crate) use message::{tags_code, topic_is_legal, MessageLimits};
