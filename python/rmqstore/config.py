@@ -280,6 +280,23 @@ class StoreConfig:
     #: ``appendTopicForTimerDeleteKey``: delete markers name their message as
     #: ``topic+uniqKey`` instead of ``uniqKey``.
     append_topic_for_timer_delete_key: bool = False
+    #: ``transactionTimeOut``: ms after its birth before a half message (a prepared
+    #: transaction) may be checked; a half carrying ``CHECK_IMMUNITY_TIME_IN_SECONDS`` uses that
+    #: instead, as RocketMQ does.
+    transaction_timeout: int = 6000
+    #: ``transactionCheckMax``: times one transaction is checked before its half message moves
+    #: to ``TRANS_CHECK_MAX_TIME_TOPIC`` (logged, and ``on_discard`` of
+    #: :meth:`MessageStore.set_transaction_checker` called).
+    transaction_check_max: int = 15
+    #: ``transactionCheckInterval``: ms between rounds of the transaction check service.
+    transaction_check_interval: int = 30000
+    #: ``transactionOpMsgMaxSize``: characters of queued op text (half queue offsets, each
+    #: followed by a comma) that make one op message; capped at ``max_message_size`` - 20 when
+    #: used, so that an op message (one entry may pass the size) always fits.
+    transaction_op_msg_max_size: int = 4096
+    #: ``transactionOpBatchInterval``: ms after the last op message before the queued ops are
+    #: written whatever their size (0: each op is written at the next round of the service).
+    transaction_op_batch_interval: int = 3000
 
     def __post_init__(self) -> None:
         # Each setting as the core's table says (in table order), then the rules that tie

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["FlushDiskType", "GetMessageStatus", "PutMessageStatus", "StoreState"]
+__all__ = [
+    "FlushDiskType",
+    "GetMessageStatus",
+    "PutMessageStatus",
+    "StoreState",
+    "TransactionState",
+]
 
 
 class PutMessageStatus(enum.Enum):
@@ -67,3 +73,15 @@ class StoreState(enum.Enum):
     RUNNING = 30
     SHUTDOWN_BEGIN = 40
     SHUTDOWN_OK = 41
+
+
+class TransactionState(enum.Enum):
+    """The state of a local transaction, as a transaction checker answers it (RocketMQ's
+    ``LocalTransactionState``: ``COMMIT_MESSAGE``, ``ROLLBACK_MESSAGE``, ``UNKNOW``)."""
+
+    #: Deliver the message: it is put into its real topic and queue.
+    COMMIT = "COMMIT"
+    #: Drop the message: only the op message marking the half resolved is written.
+    ROLLBACK = "ROLLBACK"
+    #: Not decided yet: the half stays pending and is checked again in a later round.
+    UNKNOWN = "UNKNOWN"

@@ -109,10 +109,13 @@ class StoreReadOnlyError(RmqStoreError, PermissionError):
 
 
 class TransactionNotFoundError(RmqStoreError, LookupError):
-    """``end_transaction`` named no transaction: no half message at that commitlog offset, or
-    no half message with that transaction id."""
+    """:meth:`rmqstore.MessageStore.end_transaction` was given a commitlog offset where no half
+    message (a prepared transaction, in ``RMQ_SYS_TRANS_HALF_TOPIC``) starts, or a transaction
+    id the store does not know. Nothing was written."""
 
 
 class TransactionEndedError(RmqStoreError, ValueError):
-    """``end_transaction`` named a transaction already committed or rolled back (by this
-    process, an earlier one, or the check): nothing was written again."""
+    """The transaction was committed or rolled back already (by an earlier
+    :meth:`~rmqstore.MessageStore.end_transaction`, by the check service, before a restart, or
+    by a RocketMQ broker on the same files). Nothing was written: a committed transaction
+    never gets a second real message."""

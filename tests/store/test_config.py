@@ -70,6 +70,11 @@ def test_defaults_are_rocketmqs() -> None:
         "timer_flush_interval_ms": 1000,
         "timer_congest_num_each_slot": 2147483647,
         "append_topic_for_timer_delete_key": False,
+        "transaction_timeout": 6000,
+        "transaction_check_max": 15,
+        "transaction_check_interval": 30000,
+        "transaction_op_msg_max_size": 4096,
+        "transaction_op_batch_interval": 3000,
     }
 
 

@@ -76,7 +76,8 @@ use SettingKind::{Bool, Choice, Host, OptionalPath};
 pub struct Setting {
     /// The snake_case name: the field of [`StoreConfig`] and of Python's `StoreConfig`.
     pub name: &'static str,
-    /// RocketMQ's `MessageStoreConfig` name, `None` for rmqstore's own settings.
+    /// RocketMQ's `MessageStoreConfig` name (`BrokerConfig` for the `transaction_*` settings),
+    /// `None` for rmqstore's own settings.
     pub rocketmq_name: Option<&'static str>,
     pub kind: SettingKind,
     /// One line saying what the setting does.
@@ -470,6 +471,21 @@ settings! {
     timer_congest_num_each_slot: i32 = i32::MAX, "timerCongestNumEachSlot", int(1, I32_MAX);
     /// Timer delete markers name their message as `topic+uniqKey` instead of `uniqKey`.
     append_topic_for_timer_delete_key: bool = false, "appendTopicForTimerDeleteKey", Bool;
+    /// Ms after its birth before a half message may be checked (RocketMQ's BrokerConfig).
+    ///
+    /// A half carrying CHECK_IMMUNITY_TIME_IN_SECONDS uses that instead, as RocketMQ does.
+    transaction_timeout: i64 = 6_000, "transactionTimeOut", int(0, I32_MAX);
+    /// Checks of one transaction before its half moves to TRANS_CHECK_MAX_TIME_TOPIC.
+    transaction_check_max: i32 = 15, "transactionCheckMax", int(0, I32_MAX);
+    /// Ms between rounds of the transaction check service (the Python check service).
+    transaction_check_interval: i64 = 30_000, "transactionCheckInterval", int(1, I32_MAX);
+    /// Characters of queued op text (half offsets and commas) that make one op message.
+    ///
+    /// Capped at max_message_size - 20 when used, so that an op message (which takes entries
+    /// until its text reaches the size, one entry of up to 20 characters past it) always fits.
+    transaction_op_msg_max_size: i32 = 4096, "transactionOpMsgMaxSize", int(1, I32_MAX);
+    /// Ms after the last op message before queued ops are written in any case.
+    transaction_op_batch_interval: i64 = 3_000, "transactionOpBatchInterval", int(0, I32_MAX);
 }
 
 /// Largest `timer_roll_window_slot` (`slotsTotal - TIMER_BLANK_SLOTS`).
@@ -690,5 +706,24 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("max_index_num: an index file of "));
+    }
+
+    #[test]
+    fn transaction_settings_defaults_and_rocketmq_names() {
+        let c = StoreConfig::default();
+        assert_eq!(
+            (
+                c.transaction_timeout,
+                c.transaction_check_max,
+                c.transaction_check_interval,
+                c.transaction_op_msg_max_size,
+                c.transaction_op_batch_interval
+            ),
+            (6000, 15, 30000, 4096, 3000)
+        );
+        assert_eq!(
+            setting("transaction_timeout").unwrap().rocketmq_name,
+            Some("transactionTimeOut")
+        );
     }
 }
