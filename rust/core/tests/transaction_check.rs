@@ -504,8 +504,12 @@ fn the_pending_list_holds_the_latest_copy_of_each_unresolved_transaction() {
     assert_eq!(p[0].topic, "Orders");
     assert_eq!(p[0].queue_id, 2);
     assert_eq!(p[0].producer_group, "PG");
-    let s = check(&store, now());
+    drain(&store);
+    let s = store
+        .transaction_check(params(later()), usize::MAX)
+        .unwrap();
     assert_eq!(s.to_check.len(), 2);
+    // Right after the round (its copies not dispatched yet), the list has the copies.
     let p = store.pending_transactions(10).unwrap();
     assert_eq!(p.len(), 2);
     assert_eq!(p[0].half_offset, s.to_check[0]);
@@ -643,4 +647,91 @@ fn raw(dir: &Path, at: i64, size: i32) -> Vec<u8> {
     let seg = std::fs::read(dir.join("commitlog").join(format!("{base:020}"))).unwrap();
     let off = (at - base) as usize;
     seg[off..off + size as usize].to_vec()
+}
+
+#[test]
+fn ends_racing_check_rounds_commit_each_transaction_once() {
+    let d = TempDir::new("txcheck", "race");
+    let store = std::sync::Arc::new(open(d.path()));
+    let old = now() - 60_000;
+    let n = 1500;
+    let ids: Vec<String> = (0..n)
+        .map(|k| prepare(&store, &format!("r{k}"), old, &[]).1)
+        .collect();
+    drain(&store);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The check service and its checker: every copy asked about is committed by its offset.
+    let checker = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut answered = 0;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                drain(&store);
+                let s = store.transaction_check(params(later()), 64).unwrap();
+                for c in s.to_check {
+                    match store.end_transaction(TxTarget::Offset(c), true) {
+                        Ok(_) => answered += 1,
+                        Err(rmqstore_core::StoreError::TransactionEnded(_)) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                store.transaction_flush_ops(now(), 4096, 0, false).unwrap();
+            }
+            answered
+        })
+    };
+    // The producers end the same transactions by id at the same time, in the order the rounds
+    // copy them.
+    let mut ended = 0;
+    std::thread::sleep(Duration::from_millis(5));
+    for id in ids.iter() {
+        match store.end_transaction(TxTarget::Id(id.clone()), true) {
+            Ok(_) => ended += 1,
+            Err(rmqstore_core::StoreError::TransactionEnded(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let answered = checker.join().unwrap();
+    // The rest (those the rounds had not reached) are committed by the check.
+    let mut answered = answered;
+    loop {
+        drain(&store);
+        let s = store
+            .transaction_check(params(later()), usize::MAX)
+            .unwrap();
+        if s.to_check.is_empty() && s.done {
+            break;
+        }
+        for c in s.to_check {
+            if store.end_transaction(TxTarget::Offset(c), true).is_ok() {
+                answered += 1;
+            }
+        }
+    }
+    assert!(ended > 0 && answered > 0, "{ended} {answered}");
+    assert_eq!(ended + answered, n, "each transaction committed once");
+    drain(&store);
+    let mut seen = std::collections::HashMap::new();
+    let mut offset = 0;
+    loop {
+        let r = store
+            .get_message("Orders", 2, offset, 32, &TagFilter::all())
+            .unwrap();
+        if r.messages.is_empty() {
+            break;
+        }
+        offset = r.next_begin_offset;
+        for m in r.messages {
+            *seen
+                .entry(m.property(property::UNIQ_KEY).unwrap().to_owned())
+                .or_insert(0) += 1;
+        }
+    }
+    assert_eq!(seen.len(), n);
+    assert!(seen.values().all(|&c| c == 1));
+    // A last round finds nothing to ask about.
+    flush_ops(&store);
+    let s = check(&store, now());
+    assert!(s.to_check.is_empty(), "{s:?}");
 }

@@ -106,6 +106,8 @@ struct Round<'a> {
     asked: usize,
     /// The first half whose copy could not be appended: the round ends there.
     restart: Option<i64>,
+    /// The properties string of the copy being encoded (its allocation reused).
+    props_buf: String,
     step: CheckStep,
 }
 
@@ -151,6 +153,10 @@ impl MessageStore {
     /// `limit`.
     pub fn pending_transactions(&self, limit: usize) -> Result<Vec<PendingTx>> {
         self.with_open(|o| {
+            if !self.read_only {
+                // The check's latest copies are in the half queue once dispatched.
+                Self::tx_catch_up(o)?;
+            }
             let mut list = PendingList::default();
             let half_cq = o.cqs.find(HALF_TOPIC, 0);
             let op_cq = o.cqs.find(OP_TOPIC, 0);
@@ -245,6 +251,7 @@ impl<'a> Round<'a> {
             pending: Vec::new(),
             asked: 0,
             restart: None,
+            props_buf: String::new(),
             step: CheckStep::default(),
         }
     }
@@ -532,16 +539,20 @@ impl<'a> Round<'a> {
         let count_text = count.to_string();
         let count_s = count_text.as_str();
         let queue_offset_s;
-        let props = if ask {
-            h.render_with(&[(TRANSACTION_CHECK_TIMES, count_s)])
+        let mut props = std::mem::take(&mut self.props_buf);
+        if ask {
+            h.render_into(&[(TRANSACTION_CHECK_TIMES, count_s)], &mut props);
         } else {
             queue_offset_s = i.to_string();
             let prepared = h.prepared_queue_offset.unwrap_or(&queue_offset_s);
-            h.render_with(&[
-                (TRANSACTION_CHECK_TIMES, count_s),
-                (TRAN_PREPARED_QUEUE_OFFSET, prepared),
-            ])
-        };
+            h.render_into(
+                &[
+                    (TRANSACTION_CHECK_TIMES, count_s),
+                    (TRAN_PREPARED_QUEUE_OFFSET, prepared),
+                ],
+                &mut props,
+            );
+        }
         let env = copy_envelope(d, HALF_TOPIC);
         if let Err(s) =
             self.store

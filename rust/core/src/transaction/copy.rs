@@ -23,7 +23,7 @@
 //! round waits once for all its copies instead, see `store/transaction_check.rs`).
 
 use crate::format::{for_each_property, DecodedRecord, Message};
-use crate::schedule::order::java_map_order;
+use crate::schedule::order::{java_map_order, java_map_order_distinct};
 
 /// `MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES`.
 pub(crate) const TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
@@ -51,6 +51,8 @@ pub(crate) struct HalfProps<'a> {
     pub(crate) real_qid: Option<&'a str>,
     pub(crate) producer_group: Option<&'a str>,
     pub(crate) tags: Option<&'a str>,
+    /// A name is stored more than once (the map keeps its first place and last value).
+    pub(crate) repeated: bool,
 }
 
 impl<'a> HalfProps<'a> {
@@ -68,6 +70,9 @@ impl<'a> HalfProps<'a> {
             let (Ok(k), Ok(v)) = (std::str::from_utf8(k), std::str::from_utf8(v)) else {
                 return;
             };
+            if !p.repeated && p.items.iter().any(|(n, _)| *n == k) {
+                p.repeated = true;
+            }
             p.items.push((k, v));
             match k {
                 TRANSACTION_CHECK_TIMES => p.check_times = Some(v),
@@ -91,20 +96,39 @@ impl<'a> HalfProps<'a> {
         self.uniq_key.or(self.transaction_id)
     }
 
-    /// The map after `puts` (in order), rendered as `messageProperties2String` renders it.
-    pub(crate) fn render_with(&self, puts: &[(&'a str, &'a str)]) -> String {
+    /// The map after `puts` (in order), rendered as `messageProperties2String` renders it,
+    /// into `out` (cleared first).
+    pub(crate) fn render_into(&self, puts: &[(&str, &str)], out: &mut String) {
         let mut all: Vec<(&str, &str)> = Vec::with_capacity(self.items.len() + puts.len());
         all.extend_from_slice(&self.items);
-        all.extend_from_slice(puts);
-        let ordered = java_map_order(all, |p| p.0);
-        let len = ordered.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
-        let mut s = String::with_capacity(len);
-        for (k, v) in ordered {
-            s.push_str(k);
-            s.push('\u{1}');
-            s.push_str(v);
-            s.push('\u{2}');
+        if self.repeated {
+            all.extend_from_slice(puts);
+            all = java_map_order(all, |p| p.0);
+        } else {
+            // Distinct names (the usual case): a put replaces a value in place or adds a name,
+            // then one in-place sort by bucket (stable: a bucket keeps its put order).
+            for &(k, v) in puts {
+                match all.iter_mut().find(|p| p.0 == k) {
+                    Some(p) => p.1 = v,
+                    None => all.push((k, v)),
+                }
+            }
+            java_map_order_distinct(&mut all, |p| p.0);
         }
+        out.clear();
+        for (k, v) in all {
+            out.push_str(k);
+            out.push('\u{1}');
+            out.push_str(v);
+            out.push('\u{2}');
+        }
+    }
+
+    /// [`HalfProps::render_into`] into a new string.
+    #[cfg(test)]
+    pub(crate) fn render_with(&self, puts: &[(&str, &str)]) -> String {
+        let mut s = String::new();
+        self.render_into(puts, &mut s);
         s
     }
 }
@@ -237,6 +261,18 @@ mod tests {
             immunity_time_ms("9223372036854775807", 1),
             i64::MAX.wrapping_mul(1000)
         );
+    }
+
+    #[test]
+    fn a_repeated_name_keeps_its_first_place_and_last_value_as_the_map_does() {
+        let raw = b"UNIQ_KEY\x01A\x02TAGS\x01t\x02UNIQ_KEY\x01B\x02";
+        let p = HalfProps::parse(raw);
+        assert!(p.repeated);
+        assert_eq!(p.id(), Some("B"));
+        let fast = HalfProps::parse(b"UNIQ_KEY\x01B\x02TAGS\x01t\x02");
+        assert!(!fast.repeated);
+        let puts = [(TRANSACTION_CHECK_TIMES, "1")];
+        assert_eq!(p.render_with(&puts), fast.render_with(&puts));
     }
 
     #[test]
