@@ -540,3 +540,86 @@ fn concurrent_ends_of_one_transaction_commit_it_once() {
     assert_eq!(get_all(&store, "TopicA", 0).len(), 20);
     store.close().unwrap();
 }
+
+#[test]
+fn sync_flush_prepares_and_commits_return_forced_from_many_threads() {
+    let d = TempDir::new("tx", "sync");
+    let cfg = StoreConfig {
+        flush_disk_type: rmqstore_core::FlushDiskType::SyncFlush,
+        sync_flush_timeout: 5000,
+        ..config()
+    };
+    let store = Arc::new(MessageStore::open(d.path(), cfg).unwrap());
+    store.attach_group_commit().unwrap();
+    let service = {
+        let store = store.clone();
+        std::thread::spawn(move || loop {
+            if store
+                .group_commit_step(Duration::from_millis(10))
+                .unwrap()
+                .stopped
+            {
+                return;
+            }
+        })
+    };
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let store = &store;
+            s.spawn(move || {
+                for i in 0..25 {
+                    let (r, id) = store
+                        .prepare_message(&msg("TopicS", t % 2, &format!("{t}-{i}")), None)
+                        .unwrap();
+                    assert_eq!(r.status, PutMessageStatus::PutOk);
+                    assert!(store.flushed_where().unwrap() >= r.wrote_offset + r.wrote_bytes);
+                    let out = commit(store, TxTarget::Id(id)).unwrap();
+                    let c = out.real.unwrap();
+                    assert_eq!(c.status, PutMessageStatus::PutOk);
+                    assert!(store.flushed_where().unwrap() >= c.wrote_offset + c.wrote_bytes);
+                }
+            });
+        }
+    });
+    drain(&store);
+    assert_eq!(
+        store.max_offset_in_queue("TopicS", 0).unwrap()
+            + store.max_offset_in_queue("TopicS", 1).unwrap(),
+        200
+    );
+    store.stop_services();
+    service.join().unwrap();
+    store.close().unwrap();
+}
+
+#[test]
+fn a_commit_behind_more_key_matches_than_one_index_query_gives_is_still_found() {
+    let d = TempDir::new("tx", "crowded");
+    let store = open(d.path());
+    let (r, id) = store.prepare_message(&msg("TopicA", 0, "x"), None).unwrap();
+    commit(&store, TxTarget::Offset(r.wrote_offset)).unwrap();
+    // Newer messages of the real topic whose KEYS is the transaction id: the index gives
+    // them first, more than one query's batch (max_msgs_num_batch).
+    let batch = store.config().max_msgs_num_batch as usize;
+    for _ in 0..batch + 6 {
+        store.put_message(&msg("TopicA", 0, &id)).unwrap();
+    }
+    store.flush().unwrap();
+    drain(&store);
+    // A death before the op was written: a copy of the files now.
+    let copy = TempDir::new("tx", "crowded-copy");
+    copy_dir(d.path(), copy.path());
+    store.close().unwrap();
+    let store = open(copy.path());
+    assert!(matches!(
+        commit(&store, TxTarget::Id(id.clone())),
+        Err(StoreError::TransactionEnded(_))
+    ));
+    drain(&store);
+    assert_eq!(
+        store.max_offset_in_queue("TopicA", 0).unwrap(),
+        1 + batch as i64 + 6,
+        "no second commit"
+    );
+    store.close().unwrap();
+}

@@ -319,6 +319,24 @@ impl CommitLog {
         r
     }
 
+    /// The SYNC_FLUSH wait of a put appended with `WAIT=false`, done later (a transaction's
+    /// puts are appended under its lock and wait for the force after releasing it):
+    /// `FLUSH_DISK_TIMEOUT` when the force did not come in time.
+    pub(crate) fn await_put_flush(&self, mut r: AppendResult) -> AppendResult {
+        if self.sync_flush && r.status == PutMessageStatus::PutOk {
+            let end = r.wrote_offset + r.wrote_bytes;
+            if !self.await_flush(end) {
+                r.status = PutMessageStatus::FlushDiskTimeout;
+            }
+        }
+        r
+    }
+
+    /// Whether a put with this WAIT value waits for the force.
+    pub(crate) fn put_waits(&self, wait: Option<&str>) -> bool {
+        self.sync_flush && wait != Some("false")
+    }
+
     pub(super) fn new_segment(&self) -> Result<Arc<MappedFile>, PutMessageStatus> {
         if let Err(e) = self.refresh_disk_full() {
             log::warn!(target: "rmqstore.disk", "cannot read disk usage: {e}");

@@ -29,6 +29,47 @@ pub(crate) struct HalfRecord {
     pub(crate) real: Option<(String, i32)>,
 }
 
+/// A properties string that is its map's rendering, without its `REAL_TOPIC` and `REAL_QID`
+/// items (the commit's string), with their values; `None` when they are missing or unusable.
+fn cut_real_queue(props: &[u8]) -> Option<(&str, i32, String)> {
+    let raw = std::str::from_utf8(props).ok()?;
+    let base = props.as_ptr() as usize;
+    let (mut topic, mut qid) = (None, None);
+    // Byte ranges of the two items (name to its closing separator).
+    let mut cuts: [(usize, usize); 2] = [(0, 0); 2];
+    let mut n = 0;
+    for_each_property(props, |k, v| {
+        let item = |v: &[u8]| {
+            let start = k.as_ptr() as usize - base;
+            let end = (v.as_ptr() as usize - base + v.len() + 1).min(raw.len());
+            (start, end)
+        };
+        let value = || {
+            let from = v.as_ptr() as usize - base;
+            &raw[from..from + v.len()]
+        };
+        if k == crate::schedule::REAL_TOPIC.as_bytes() && n < 2 {
+            topic = Some(value());
+            cuts[n] = item(v);
+            n += 1;
+        } else if k == crate::schedule::REAL_QID.as_bytes() && n < 2 {
+            qid = Some(value());
+            cuts[n] = item(v);
+            n += 1;
+        }
+    });
+    let topic = topic.filter(|t| crate::format::topic_is_legal(t))?;
+    let qid = crate::schedule::levels::parse_java_int(qid?).filter(|q| *q >= 0)?;
+    let mut out = String::with_capacity(raw.len());
+    let mut at = 0;
+    for (s, e) in cuts.iter().take(n) {
+        out.push_str(&raw[at..*s]);
+        at = *e;
+    }
+    out.push_str(&raw[at..]);
+    Some((topic, qid, out))
+}
+
 /// `resetTransactionValue`.
 fn with_transaction_type(sys_flag: i32, tx_type: i32) -> i32 {
     (sys_flag & !sysflag::TRANSACTION_ROLLBACK_TYPE) | tx_type
@@ -43,8 +84,14 @@ impl MessageStore {
         self.tx.table.lock_id(id)
     }
 
-    /// Dispatches everything confirmed, so the consume queues and the index hold it.
+    /// Dispatches everything written, so the consume queues and the index hold it (what is
+    /// written but not yet confirmed, e.g. a `WAIT=false` put in SYNC_FLUSH mode or bytes in a
+    /// write buffer, is committed and forced first: the table forgets old ends, and the
+    /// lookup that replaces it must see every record written before).
     pub(crate) fn tx_catch_up(o: &Open) -> Result<()> {
+        if o.commitlog.confirm_offset() < o.commitlog.max_offset() {
+            o.commitlog.flush_all()?;
+        }
         while o.behind() > 0 {
             if o.dispatch(OPEN_DISPATCH_CHUNK)?.bytes == 0 {
                 break;
@@ -122,8 +169,9 @@ impl MessageStore {
     }
 
     /// `find_commit`: the commitlog offset of a COMMIT record of transaction `id` in
-    /// `real_topic` (see transaction/mod.rs): by the index after dispatch caught up, else by a
-    /// scan of `real_topic`/`real_qid` from the first unit past `half_offset`.
+    /// `real_topic` (see transaction/mod.rs): by the index after dispatch caught up, else (the
+    /// index off, or more key-hash matches than one index query gives) by a scan of
+    /// `real_topic`/`real_qid` from the first unit past `half_offset`.
     pub(crate) fn find_commit(
         &self,
         o: &Open,
@@ -134,7 +182,12 @@ impl MessageStore {
     ) -> Result<Option<i64>> {
         Self::tx_catch_up(o)?;
         if let Some(index) = &o.index {
-            return Ok(lookup::commit_by_index(&o.commitlog, index, id, real_topic));
+            match lookup::commit_by_index(&o.commitlog, index, id, real_topic) {
+                lookup::IndexAnswer::Found(off) => return Ok(Some(off)),
+                lookup::IndexAnswer::NotFound => return Ok(None),
+                // More key-hash matches than one query gives: the queue scan decides.
+                lookup::IndexAnswer::Truncated => {}
+            }
         }
         Ok(o.cqs
             .find(real_topic, real_qid)
@@ -238,7 +291,10 @@ impl MessageStore {
 
     /// Puts `env` with `body` and the stored properties string `props`, through the put hooks:
     /// they see the message with `view` as its properties map; when one changes it, its map is
-    /// rendered again (in the map's order), as RocketMQ's transforming hooks do.
+    /// rendered again (in the map's order), as RocketMQ's transforming hooks do. The SYNC_FLUSH
+    /// wait the message's WAIT asks for is left to the caller when the second value is true
+    /// ([`CommitLog::await_put_flush`](crate::commitlog::CommitLog), once the transaction's lock
+    /// is released: a force is not waited for under a lock other transactions share).
     fn put_through_hooks(
         &self,
         o: &Open,
@@ -246,7 +302,7 @@ impl MessageStore {
         body: &[u8],
         props: &str,
         view: impl FnOnce() -> Vec<(String, String)>,
-    ) -> AppendResult {
+    ) -> (AppendResult, bool) {
         // One pass over the string: WAIT's value, and whether DELAY or a timer property is in it.
         let (mut wait, mut delay, mut timer) = (None, false, false);
         for_each_property(props.as_bytes(), |k, v| {
@@ -263,18 +319,26 @@ impl MessageStore {
         });
         // The separators are ASCII: a value between them is whole UTF-8 of `props`.
         let wait = wait.and_then(|w| std::str::from_utf8(w).ok());
+        let later = o.commitlog.put_waits(wait);
+        let no_wait = Some("false");
         if !self.hooks_may_apply(&env.topic, delay, timer) {
-            return o.commitlog.put_message_as(&env, body, props, wait);
+            return (
+                o.commitlog.put_message_as(&env, body, props, no_wait),
+                later,
+            );
         }
         let mut msg = env;
         msg.properties = view();
         if !self.put_hooks.iter().any(|h| h.applies_to(&msg)) {
-            return o.commitlog.put_message_as(&msg, body, props, wait);
+            return (
+                o.commitlog.put_message_as(&msg, body, props, no_wait),
+                later,
+            );
         }
         msg.body = body.to_vec();
         let before = msg.clone();
         if let Some(refused) = hooks::run(&self.put_hooks, &mut msg, |h, m| h.before_put(m)) {
-            return AppendResult::failed(refused);
+            return (AppendResult::failed(refused), false);
         }
         if before.topic == msg.topic
             && before.queue_id == msg.queue_id
@@ -283,10 +347,14 @@ impl MessageStore {
             && before.body == msg.body
             && before.flag == msg.flag
         {
-            return o.commitlog.put_message_as(&msg, body, props, wait);
+            return (
+                o.commitlog.put_message_as(&msg, body, props, no_wait),
+                later,
+            );
         }
+        // A rewritten message (its WAIT as the hook left it) waits here, as any put.
         msg.properties = java_map_order(std::mem::take(&mut msg.properties), |p| p.0.as_str());
-        o.commitlog.put_message(&msg)
+        (o.commitlog.put_message(&msg), false)
     }
 
     // ---- API ----
@@ -337,8 +405,10 @@ impl MessageStore {
                 Ok(p) => p,
                 Err(s) => return Ok((AppendResult::failed(s), id.to_owned())),
             };
-            let mut g = self.tx.table.lock(key);
-            if g.get().is_some() {
+            // A generated id is new: no lookup. The message's own may name a known transaction.
+            let fresh = own.is_none();
+            let g = self.tx.table.lock(key);
+            if !fresh && g.get().is_some() {
                 log::warn!(
                     target: "rmqstore.transaction",
                     "prepare_message refused: transaction {id} (the message's UNIQ_KEY) is already known"
@@ -355,7 +425,7 @@ impl MessageStore {
                 reconsume_times: msg.reconsume_times,
                 ..Message::default()
             };
-            let r = self.put_through_hooks(o, env, &msg.body, &props, || {
+            let (r, wait) = self.put_through_hooks(o, env, &msg.body, &props, || {
                 StoredProps::parse(props.as_bytes())
                     .items
                     .iter()
@@ -363,13 +433,23 @@ impl MessageStore {
                     .collect()
             });
             if r.is_ok() {
-                g.set(TxEntry {
+                let e = TxEntry {
                     phase: TxPhase::Pending,
                     half_offset: r.wrote_offset,
                     half_queue_offset: r.queue_offset,
-                });
+                };
+                if fresh {
+                    g.set_new(e);
+                } else {
+                    let mut g = g;
+                    g.set(e);
+                }
                 TxCounters::add(&self.tx.counters.prepared, 1);
+            } else {
+                drop(g);
             }
+            // The force is waited for with the transaction's lock released.
+            let r = if wait { o.commitlog.await_put_flush(r) } else { r };
             Ok((r, id.to_owned()))
         })?
     }
@@ -400,9 +480,13 @@ impl MessageStore {
                 "transaction {id} was already {how}"
             )))
         };
+        let mut known = false;
         let latest = match g.get() {
             Some(e) => match e.phase {
-                TxPhase::Pending => e,
+                TxPhase::Pending => {
+                    known = true;
+                    e
+                }
                 TxPhase::Committed => return ended("committed"),
                 TxPhase::RolledBack => return ended("rolled back"),
                 TxPhase::Discarded => return ended("discarded after its check count"),
@@ -448,6 +532,9 @@ impl MessageStore {
             }
         };
         let half_offset = named.as_ref().map_or(latest.half_offset, |h| h.offset);
+        // The table's latest half was written by this process (prepare, or the check's copy):
+        // its properties string is the map's own rendering.
+        let own = known && half_offset == latest.half_offset;
         let mut outcome = EndOutcome {
             transaction_id: id.clone(),
             half_offset,
@@ -456,10 +543,12 @@ impl MessageStore {
             real: None,
             ended: true,
         };
+        let mut force_wait = false;
         if commit {
-            let r = self.put_commit(o, half_offset)?;
+            let (r, wait) = self.put_commit(o, half_offset, own)?;
             let ok = r.is_ok();
             outcome.real = Some(r);
+            force_wait = wait;
             if !ok {
                 outcome.ended = false;
                 if g.get().is_none() {
@@ -484,11 +573,25 @@ impl MessageStore {
             log::warn!(target: "rmqstore.transaction", "writing op messages failed: {e}");
         }
         drop(g);
+        // The commit's force is waited for with the transaction's lock released: the commit
+        // is appended, and the table says so, before any other decision can look.
+        if force_wait {
+            outcome.real = outcome.real.map(|r| o.commitlog.await_put_flush(r));
+        }
         Ok(outcome)
     }
 
-    /// Puts the commit of the half at `half_offset` (`endMessageTransaction`).
-    pub(crate) fn put_commit(&self, o: &Open, half_offset: i64) -> Result<AppendResult> {
+    /// Puts the commit of the half at `half_offset` (`endMessageTransaction`). `own`: the half
+    /// was written by this process (its properties string is the map's rendering: the commit's
+    /// is that string without `REAL_TOPIC` and `REAL_QID`, cut out without parsing it into a
+    /// map). The second value: the SYNC_FLUSH wait the commit's WAIT asks for is still to do
+    /// (`o.commitlog.await_put_flush(r)`, after releasing the transaction's lock).
+    pub(crate) fn put_commit(
+        &self,
+        o: &Open,
+        half_offset: i64,
+        own: bool,
+    ) -> Result<(AppendResult, bool)> {
         let not_found = || {
             StoreError::TransactionNotFound(format!(
                 "no transaction half message at commitlog offset {half_offset}"
@@ -499,14 +602,20 @@ impl MessageStore {
                 if d.topic != HALF_TOPIC.as_bytes() {
                     return Err(not_found());
                 }
-                let sp = StoredProps::parse(d.properties);
-                let Some((topic, qid)) = sp.real_queue() else {
-                    return Err(StoreError::InvalidArgument(format!(
+                let bad = || {
+                    StoreError::InvalidArgument(format!(
                         "the half message at commitlog offset {half_offset} has no usable \
                          REAL_TOPIC / REAL_QID: it cannot be committed"
-                    )));
+                    ))
                 };
-                let props = commit_properties(&sp);
+                let (topic, qid, props) = if own {
+                    let cut = cut_real_queue(d.properties).ok_or_else(bad)?;
+                    (cut.0, cut.1, cut.2)
+                } else {
+                    let sp = StoredProps::parse(d.properties);
+                    let (topic, qid) = sp.real_queue().ok_or_else(bad)?;
+                    (topic, qid, commit_properties(&sp))
+                };
                 let env = Message {
                     topic: topic.to_owned(),
                     queue_id: qid,
@@ -615,5 +724,35 @@ impl MessageStore {
                 pending_in_memory: self.tx.table.pending(),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transaction::records::half_properties;
+
+    #[test]
+    fn the_cut_commit_string_equals_the_rendered_one() {
+        for user in [
+            vec![],
+            vec![
+                ("KEYS".to_owned(), "k1 k2".to_owned()),
+                ("TAGS".to_owned(), "TagA".to_owned()),
+                ("WAIT".to_owned(), "false".to_owned()),
+                ("a".to_owned(), "b".to_owned()),
+            ],
+        ] {
+            for (topic, qid) in [("T", 0), ("TopicWithLongerName", 2_000_000_000)] {
+                let half = half_properties(&user, Some("G"), "U", topic, qid).unwrap();
+                let sp = StoredProps::parse(half.as_bytes());
+                let (t, q, cut) = cut_real_queue(half.as_bytes()).unwrap();
+                assert_eq!((t, q), (topic, qid));
+                assert_eq!(cut, commit_properties(&sp));
+            }
+        }
+        assert!(cut_real_queue(b"REAL_TOPIC\x01T\x02").is_none());
+        assert!(cut_real_queue(b"REAL_TOPIC\x01T\x02REAL_QID\x01-1\x02").is_none());
+        assert!(cut_real_queue(b"REAL_TOPIC\x01a b\x02REAL_QID\x011\x02").is_none());
     }
 }

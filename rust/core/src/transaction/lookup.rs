@@ -19,20 +19,35 @@ pub(crate) fn is_commit_of(d: &DecodedRecord<'_>, id: &str, real_topic: &str) ->
             == Some(id)
 }
 
+/// What the index says of a commit of the id.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum IndexAnswer {
+    Found(i64),
+    NotFound,
+    /// The query filled its batch (`max_msgs_num_batch` key-hash matches, newest first)
+    /// without the commit: older candidates were not looked at.
+    Truncated,
+}
+
 /// Candidates the index gives for the id (key-hash matches), each record read and checked.
 pub(crate) fn commit_by_index(
     commitlog: &CommitLog,
     index: &IndexService,
     id: &str,
     real_topic: &str,
-) -> Option<i64> {
+) -> IndexAnswer {
     let q = index.query_offset(real_topic, id, usize::MAX, 0, i64::MAX);
-    q.phy_offsets.iter().copied().find(|&off| {
+    let found = q.phy_offsets.iter().copied().find(|&off| {
         matches!(
             commitlog.with_record(off, |_, d, _| is_commit_of(d, id, real_topic)),
             Ok(Some(true))
         )
-    })
+    });
+    match found {
+        Some(off) => IndexAnswer::Found(off),
+        None if q.phy_offsets.len() >= index.max_msgs_num_batch() => IndexAnswer::Truncated,
+        None => IndexAnswer::NotFound,
+    }
 }
 
 /// The first unit of `cq` whose record lies after `half_offset` (units are in commitlog order).

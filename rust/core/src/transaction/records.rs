@@ -14,7 +14,7 @@
 //!   `WAIT=false` and `UNIQ_KEY` are put into it: `WAIT\x01true\x02TAGS\x01d\x02`.
 
 use crate::format::{for_each_property, property, render_properties, PutMessageStatus};
-use crate::schedule::order::{is_java_map_order, java_map_order, java_map_order_distinct};
+use crate::schedule::order::java_map_order;
 use crate::schedule::{REAL_QID, REAL_TOPIC};
 
 /// `MessageConst` timer properties: a half with one is refused (MESSAGE_ILLEGAL).
@@ -73,11 +73,92 @@ pub(crate) fn half_properties(
     }
     items.extend_from_slice(&added);
     if distinct {
-        java_map_order_distinct(&mut items, |p| p.0);
+        order_distinct(&mut items);
     } else {
         items = java_map_order(items, |p| p.0);
     }
     render_properties(items.iter().copied())
+}
+
+/// `String.hashCode` at compile time.
+const fn java_hash_const(s: &str) -> i32 {
+    let b = s.as_bytes();
+    let mut h: i32 = 0;
+    let mut i = 0;
+    while i < b.len() {
+        h = h.wrapping_mul(31).wrapping_add(b[i] as i32);
+        i += 1;
+    }
+    h
+}
+
+/// `HashMap.hash` of a property name (the high half folded into the low one); the names a
+/// transaction's records hold are hashed at compile time.
+fn spread(name: &str) -> u32 {
+    macro_rules! known {
+        ($($n:expr),*) => {
+            match name {
+                $( $n => { const H: i32 = java_hash_const($n); H } )*
+                _ => crate::util::java_hash(name),
+            }
+        };
+    }
+    let h = known!(
+        "TAGS",
+        "KEYS",
+        "WAIT",
+        "UNIQ_KEY",
+        "TRAN_MSG",
+        "PGROUP",
+        "__transactionId__",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRANSACTION_CHECK_TIMES"
+    ) as u32;
+    h ^ (h >> 16)
+}
+
+/// Buckets of a `HashMap<>(128)` holding `n` keys (doubled past 3/4 full).
+fn bucket_mask(n: usize) -> u32 {
+    let mut cap: u32 = 128;
+    while n > (cap as usize / 4) * 3 && cap < (1 << 30) {
+        cap <<= 1;
+    }
+    cap - 1
+}
+
+/// Puts items with distinct names in the map's iteration order, in place: a stable sort by
+/// bucket (insertion sort: a message has a few dozen properties at most).
+fn order_distinct(items: &mut [(&str, &str)]) {
+    let mask = bucket_mask(items.len());
+    if items.len() > 32 {
+        items.sort_by_cached_key(|p| spread(p.0) & mask);
+        return;
+    }
+    let mut buckets = [0u32; 32];
+    for (b, p) in buckets.iter_mut().zip(items.iter()) {
+        *b = spread(p.0) & mask;
+    }
+    for i in 1..items.len() {
+        let mut j = i;
+        while j > 0 && buckets[j - 1] > buckets[j] {
+            buckets.swap(j - 1, j);
+            items.swap(j - 1, j);
+            j -= 1;
+        }
+    }
+}
+
+/// Whether items with distinct names are in the map's iteration order.
+fn is_ordered(items: &[(&str, &str)]) -> bool {
+    let mask = bucket_mask(items.len());
+    let mut last = 0;
+    items.iter().all(|p| {
+        let b = spread(p.0) & mask;
+        let ok = b >= last;
+        last = b;
+        ok
+    })
 }
 
 /// Room for an i32 in decimal.
@@ -115,15 +196,31 @@ pub(crate) struct StoredProps<'a> {
 
 impl<'a> StoredProps<'a> {
     pub(crate) fn parse(raw: &'a [u8]) -> StoredProps<'a> {
-        let raw_str = std::str::from_utf8(raw).unwrap_or("");
         let mut items = Vec::with_capacity(12);
+        let Ok(raw_str) = std::str::from_utf8(raw) else {
+            // Items that are UTF-8 are kept (as a Java decoder would replace the others).
+            for_each_property(raw, |k, v| {
+                if k.is_empty() || v.is_empty() {
+                    return;
+                }
+                if let (Ok(k), Ok(v)) = (std::str::from_utf8(k), std::str::from_utf8(v)) {
+                    items.push((k, v));
+                }
+            });
+            return StoredProps { raw: "", items };
+        };
+        // The separators are ASCII: every item of valid UTF-8 is valid UTF-8 (sliced by
+        // position, not validated again).
+        let base = raw.as_ptr() as usize;
+        let at = |s: &[u8]| {
+            let from = s.as_ptr() as usize - base;
+            &raw_str[from..from + s.len()]
+        };
         for_each_property(raw, |k, v| {
             if k.is_empty() || v.is_empty() {
                 return;
             }
-            if let (Ok(k), Ok(v)) = (std::str::from_utf8(k), std::str::from_utf8(v)) {
-                items.push((k, v));
-            }
+            items.push((at(k), at(v)));
         });
         StoredProps {
             raw: raw_str,
@@ -158,7 +255,7 @@ impl<'a> StoredProps<'a> {
     pub(crate) fn is_own_rendering(&self) -> bool {
         let rendered_len: usize = self.items.iter().map(|p| p.0.len() + p.1.len() + 2).sum();
         rendered_len == self.raw.len()
-            && is_java_map_order(self.items.iter().map(|p| p.0))
+            && is_ordered(&self.items)
             && self
                 .items
                 .iter()
@@ -295,6 +392,49 @@ mod tests {
         let odd = "REAL_QID\u{1}0\u{2}TAGS\u{1}x\u{2}REAL_TOPIC\u{1}T\u{2}UNIQ_KEY\u{1}U\u{2}";
         let c = commit_properties(&StoredProps::parse(odd.as_bytes()));
         assert_eq!(show(&c), "UNIQ_KEY=U;TAGS=x;");
+    }
+
+    #[test]
+    fn the_compile_time_hashes_and_the_ordering_equal_the_general_ones() {
+        let names = [
+            "TAGS",
+            "KEYS",
+            "WAIT",
+            "UNIQ_KEY",
+            "TRAN_MSG",
+            "PGROUP",
+            "__transactionId__",
+            "REAL_TOPIC",
+            "REAL_QID",
+            "TRANSACTION_CHECK_TIMES",
+            "DELAY",
+            "a",
+            "zz9",
+        ];
+        for n in names {
+            let h = java_hash(n) as u32;
+            assert_eq!(spread(n), h ^ (h >> 16), "{n}");
+        }
+        for len in [0usize, 1, 5, 13] {
+            for rot in 0..len.max(1) {
+                let mut items: Vec<(&str, &str)> = names
+                    .iter()
+                    .cycle()
+                    .skip(rot)
+                    .take(len)
+                    .map(|n| (*n, "v"))
+                    .collect();
+                let want = java_map_order(items.clone(), |p| p.0);
+                order_distinct(&mut items);
+                assert_eq!(items, want);
+                assert!(is_ordered(&items));
+            }
+        }
+        let many: Vec<String> = (0..120).map(|i| format!("P{i}")).collect();
+        let mut items: Vec<(&str, &str)> = many.iter().map(|n| (n.as_str(), "v")).collect();
+        let want = java_map_order(items.clone(), |p| p.0);
+        order_distinct(&mut items);
+        assert_eq!(items, want);
     }
 
     /// A default `HashMap` (16 buckets) holding TAGS and WAIT iterates WAIT first (jshell).

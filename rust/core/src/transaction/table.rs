@@ -15,8 +15,10 @@ use std::sync::{Mutex, MutexGuard};
 /// Stripes of the table (a power of two).
 const STRIPES: usize = 256;
 /// Entries a stripe's current map holds before it becomes the older generation (with 256
-/// stripes: about half a million recent ends in each generation).
-const GENERATION: usize = 2048;
+/// stripes: 65,536 recent ends in each generation; small enough that the table's lookups
+/// mostly hit the CPU caches). A forgotten end is found again by the records (`lookup`), which
+/// first makes every record written visible to it.
+const GENERATION: usize = 256;
 
 /// Where a transaction stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,12 +67,62 @@ impl TxKey {
         }
     }
 
-    fn stripe(&self) -> usize {
+    /// The key's hash, computed once ([`Hashed`]).
+    fn hashed(self) -> Hashed {
         let mut h = FoldHasher::default();
         self.hash(&mut h);
-        // Not the map's own bits (its bucket index is the low bits, its tag the top 7): a
-        // stripe whose keys shared their tag would compare keys on every probe.
-        (h.finish().wrapping_mul(K).rotate_left(23) as usize) & (STRIPES - 1)
+        Hashed {
+            hash: h.finish(),
+            key: self,
+        }
+    }
+}
+
+/// A key with its hash (each map operation of a decision hashes it again otherwise).
+#[derive(Clone, Debug)]
+pub(crate) struct Hashed {
+    hash: u64,
+    key: TxKey,
+}
+
+impl PartialEq for Hashed {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.key == other.key
+    }
+}
+
+impl Eq for Hashed {}
+
+impl Hash for Hashed {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl Hashed {
+    fn stripe(&self) -> usize {
+        // Not the maps' own bits (a bucket index is the low bits, a tag the top 7): a stripe
+        // whose keys shared their tag would compare keys on every probe.
+        (self.hash >> 40) as usize & (STRIPES - 1)
+    }
+}
+
+/// The maps' hasher: the key's hash as computed ([`Hashed`] writes it alone).
+#[derive(Default)]
+pub(crate) struct PassHasher(u64);
+
+impl Hasher for PassHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Not used by `Hashed`; a fold keeps it a hash anyway.
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = i;
     }
 }
 
@@ -152,7 +204,7 @@ impl Hasher for FoldHasher {
     }
 }
 
-type Map = HashMap<TxKey, TxEntry, BuildHasherDefault<FoldHasher>>;
+type Map = HashMap<Hashed, TxEntry, BuildHasherDefault<PassHasher>>;
 
 #[derive(Debug, Default)]
 pub(crate) struct Stripe {
@@ -163,15 +215,15 @@ pub(crate) struct Stripe {
 }
 
 impl Stripe {
-    fn get(&self, key: &TxKey) -> Option<TxEntry> {
+    fn get(&self, key: &Hashed) -> Option<TxEntry> {
         self.current
             .get(key)
             .or_else(|| self.older.get(key))
             .copied()
     }
 
-    fn set(&mut self, key: TxKey, entry: TxEntry) {
-        if let Some(e) = self.current.get_mut(&key) {
+    fn set(&mut self, key: &Hashed, entry: TxEntry) {
+        if let Some(e) = self.current.get_mut(key) {
             if e.phase == TxPhase::Pending {
                 self.pending -= 1;
             }
@@ -181,10 +233,8 @@ impl Stripe {
             *e = entry;
             return;
         }
-        let before = match self.older.remove(&key) {
-            Some(e) => Some(e),
-            None => self.current.get(&key).copied(),
-        };
+        // Not in the current map (looked up above).
+        let before = self.older.remove(key);
         if before.is_some_and(|e| e.phase == TxPhase::Pending) {
             self.pending -= 1;
         }
@@ -194,10 +244,21 @@ impl Stripe {
         if before.is_none() && self.current.len() >= GENERATION.max(self.pending * 2) {
             self.rotate();
         }
+        self.current.insert(key.clone(), entry);
+    }
+
+    /// Sets the entry of a key known to be in no map (a fresh generated id).
+    fn insert_new(&mut self, key: Hashed, entry: TxEntry) {
+        if entry.phase == TxPhase::Pending {
+            self.pending += 1;
+        }
+        if self.current.len() >= GENERATION.max(self.pending * 2) {
+            self.rotate();
+        }
         self.current.insert(key, entry);
     }
 
-    fn remove(&mut self, key: &TxKey) -> Option<TxEntry> {
+    fn remove(&mut self, key: &Hashed) -> Option<TxEntry> {
         let e = self.current.remove(key).or_else(|| self.older.remove(key));
         if e.is_some_and(|e| e.phase == TxPhase::Pending) {
             self.pending -= 1;
@@ -236,6 +297,7 @@ impl TxTable {
 
     /// Locks the stripe of `key`: the lock of that transaction.
     pub(crate) fn lock(&self, key: TxKey) -> TxGuard<'_> {
+        let key = key.hashed();
         let stripe = self.stripes[key.stripe()]
             .lock()
             .unwrap_or_else(|p| p.into_inner());
@@ -265,7 +327,7 @@ impl Default for TxTable {
 /// One transaction's lock, with its table entry.
 pub(crate) struct TxGuard<'a> {
     stripe: MutexGuard<'a, Stripe>,
-    key: TxKey,
+    key: Hashed,
 }
 
 impl TxGuard<'_> {
@@ -274,8 +336,14 @@ impl TxGuard<'_> {
     }
 
     pub(crate) fn set(&mut self, entry: TxEntry) {
-        let key = self.key.clone();
-        self.stripe.set(key, entry);
+        self.stripe.set(&self.key, entry);
+    }
+
+    /// [`TxGuard::set`] for an id known to be new (generated by this process just now): no
+    /// lookup first.
+    pub(crate) fn set_new(self, entry: TxEntry) {
+        let TxGuard { mut stripe, key } = self;
+        stripe.insert_new(key, entry);
     }
 
     #[allow(dead_code)] // the check round's
@@ -315,10 +383,10 @@ mod tests {
     fn ended_entries_are_forgotten_after_two_generations_pending_ones_never() {
         let t = TxTable::new();
         // Find ids of one stripe.
-        let stripe = TxKey::of("P").stripe();
+        let stripe = TxKey::of("P").hashed().stripe();
         let ids: Vec<String> = (0..)
             .map(|i| format!("id-{i}"))
-            .filter(|id| TxKey::of(id).stripe() == stripe)
+            .filter(|id| TxKey::of(id).hashed().stripe() == stripe)
             .take(GENERATION * 3 + 10)
             .collect();
         t.lock_id("P").set(entry(TxPhase::Pending, 7));
@@ -345,10 +413,10 @@ mod tests {
     #[test]
     fn many_pending_entries_in_one_stripe_stay_and_do_not_rotate_each_put() {
         let t = TxTable::new();
-        let stripe = TxKey::of("x").stripe();
+        let stripe = TxKey::of("x").hashed().stripe();
         let ids: Vec<String> = (0..)
             .map(|i| format!("{i:032X}"))
-            .filter(|id| TxKey::of(id).stripe() == stripe)
+            .filter(|id| TxKey::of(id).hashed().stripe() == stripe)
             .take(GENERATION * 3)
             .collect();
         for (i, id) in ids.iter().enumerate() {
