@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult, __version__
 from ._schedule import ScheduleLevelStats
+from ._transaction import EndTransactionResult, PendingTransaction, TransactionCheckReport
 from .config import StoreConfig
-from .enums import FlushDiskType, GetMessageStatus, PutMessageStatus, StoreState
+from .enums import FlushDiskType, GetMessageStatus, PutMessageStatus, StoreState, TransactionState
 from .errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
@@ -23,6 +24,8 @@ from .errors import (
     StoreLockedError,
     StoreReadOnlyError,
     StoreResourceError,
+    TransactionEndedError,
+    TransactionNotFoundError,
     UnknownSettingError,
 )
 from .store import MessageStore
@@ -31,6 +34,7 @@ __all__ = [
     "ArgumentOverflowError",
     "ArgumentTypeError",
     "CorruptRecordError",
+    "EndTransactionResult",
     "FlushDiskType",
     "GetMessageResult",
     "GetMessageStatus",
@@ -38,6 +42,7 @@ __all__ = [
     "Message",
     "MessageExt",
     "MessageStore",
+    "PendingTransaction",
     "PutMessageResult",
     "PutMessageStatus",
     "RmqStoreError",
@@ -51,6 +56,10 @@ __all__ = [
     "StoreReadOnlyError",
     "StoreResourceError",
     "StoreState",
+    "TransactionCheckReport",
+    "TransactionEndedError",
+    "TransactionNotFoundError",
+    "TransactionState",
     "UnknownSettingError",
     "__version__",
 ]

@@ -56,6 +56,38 @@ def closest_setting(name: str) -> str | None:
 def check_settings(settings: dict[str, Any]) -> None:
     """Builds and validates the core's config of ``settings`` as opening a store does."""
 
+class _EndOutcome(TypedDict):
+    """What ``Store.end_transaction`` did."""
+
+    transaction_id: str
+    half_offset: int
+    half_queue_offset: int
+    commit: bool
+    ended: bool
+    result: PutMessageResult | None
+
+class _CheckStep(TypedDict):
+    """One call of the check walk (``Store.transaction_check``)."""
+
+    to_check: list[int]
+    discarded: list[int]
+    already_committed: int
+    examined: int
+    done: bool
+
+class _PendingRow(TypedDict):
+    """One pending transaction (``Store.pending_transactions``)."""
+
+    transaction_id: str
+    half_offset: int
+    half_queue_offset: int
+    topic: str
+    queue_id: int
+    producer_group: str
+    born_timestamp: int
+    store_timestamp: int
+    check_times: int
+
 @final
 class Message:
     """A message to put. Immutable once built.
@@ -181,7 +213,9 @@ class PutMessageResult:
     @property
     def record_offsets(self) -> list[int]: ...
     @property
-    def transaction_id(self) -> str | None: ...
+    def transaction_id(self) -> str | None:
+        """The transaction id ``prepare_message`` gave the half (also when the put was
+        refused: then it names no transaction); None for other puts."""
 
 @final
 class GetMessageResult:
@@ -429,30 +463,8 @@ class Store:
     def schedule_offsets(self) -> dict[int, int]: ...
     def schedule_stats(self) -> list[tuple[int, int, int, int, int, int | None]]: ...
     def schedule_levels(self) -> list[int]: ...
-    # transactional messages
-    def prepare_message(
-        self, msg: Message, producer_group: str | None = None
-    ) -> PutMessageResult: ...
-    def end_transaction(self, target: int | str, commit: bool) -> dict[str, Any]: ...
-    def transaction_flush_ops(
-        self, now_ms: int, max_size: int, interval_ms: int, force: bool
-    ) -> int: ...
-    def transaction_load(self, half_offset: int, op_offset: int) -> tuple[int, int]: ...
-    def transaction_offsets(self) -> tuple[int, int]: ...
-    def transaction_stats(self) -> dict[str, int]: ...
     @staticmethod
     def check_host(host: str) -> str: ...
-    # transaction check (issue 18)
-    def transaction_check(
-        self,
-        now_ms: int,
-        timeout_ms: int,
-        check_max: int,
-        file_reserved_ms: int,
-        max_to_check: int,
-    ) -> dict[str, Any]: ...
-    def transaction_message(self, offset: int) -> MessageExt | None: ...
-    def pending_transactions(self, limit: int) -> list[dict[str, Any]]: ...
     # timer messages
     def timer_enabled(self) -> bool: ...
     def timer_enqueue(self, now_ms: int, max_msgs: int) -> dict[str, int]: ...
@@ -462,3 +474,24 @@ class Store:
     def cancel_timer(
         self, topic: str, uniq_key: str, deliver_time_ms: int | None = None
     ) -> PutMessageResult: ...
+    # transactional messages (issue 18)
+    def prepare_message(
+        self, msg: Message, producer_group: str | None = None
+    ) -> PutMessageResult: ...
+    def end_transaction(self, target: int | str, commit: bool) -> _EndOutcome: ...
+    def transaction_flush_ops(
+        self, now_ms: int, max_size: int, interval_ms: int, force: bool
+    ) -> int: ...
+    def transaction_load(self, half_offset: int, op_offset: int) -> tuple[int, int]: ...
+    def transaction_offsets(self) -> tuple[int, int]: ...
+    def transaction_stats(self) -> dict[str, int]: ...
+    def transaction_check(
+        self,
+        now_ms: int,
+        timeout_ms: int,
+        check_max: int,
+        file_reserved_ms: int,
+        max_to_check: int,
+    ) -> _CheckStep: ...
+    def transaction_message(self, offset: int) -> MessageExt | None: ...
+    def pending_transactions(self, limit: int) -> list[_PendingRow]: ...

@@ -284,8 +284,8 @@ class StoreConfig:
     #: transaction) may be checked; a half carrying ``CHECK_IMMUNITY_TIME_IN_SECONDS`` uses that
     #: instead, as RocketMQ does.
     transaction_timeout: int = 6000
-    #: ``transactionCheckMax``: times one transaction is checked before its half message moves
-    #: to ``TRANS_CHECK_MAX_TIME_TOPIC`` (logged, and ``on_discard`` of
+    #: ``transactionCheckMax``: times one transaction is checked (at least once) before its
+    #: half message moves to ``TRANS_CHECK_MAX_TIME_TOPIC`` (logged, and ``on_discard`` of
     #: :meth:`MessageStore.set_transaction_checker` called).
     transaction_check_max: int = 15
     #: ``transactionCheckInterval``: ms between rounds of the transaction check service.

@@ -27,7 +27,9 @@ from ._services import (
     ServiceThread,
     TopicConfigService,
 )
+from ._store_transactions import TransactionsMixin
 from ._timer import timer_services
+from ._transaction import TransactionalOpBatchService, TransactionCheckService
 from .config import StoreConfig
 from .enums import FlushDiskType, StoreState
 from .errors import (
@@ -84,7 +86,7 @@ def _resource_error(exc: BaseException, doing: str) -> BaseException:
     return exc
 
 
-class MessageStore:
+class MessageStore(TransactionsMixin):
     """A message store in one folder, in Apache RocketMQ's on-disk format.
 
     Opening takes the folder's ``lock`` (a second open, here or in another process, raises
@@ -128,6 +130,8 @@ class MessageStore:
         self._topic_config: TopicConfigService | None = None
         self._delay_offsets: DelayOffsetManager | None = None
         self._schedule: ScheduleMessageService | None = None
+        self._tx_check: TransactionCheckService | None = None
+        self._tx_ops: TransactionalOpBatchService | None = None
         self._close_lock = threading.Lock()
         self._forked = False
         if not isinstance(store_path, (str, os.PathLike)):
@@ -213,6 +217,8 @@ class MessageStore:
         services.extend(timer_services(self._core, cfg))
         if self._delay_offsets is not None:
             services.append(self._load_schedule(cfg, self._delay_offsets))
+        if self._offsets is not None:
+            services.extend(self._load_transactions(cfg, self._offsets))
         for service in services:
             service.start()
             self._services.append(service)
@@ -247,6 +253,8 @@ class MessageStore:
         self._topic_config = None
         self._delay_offsets = None
         self._schedule = None
+        self._tx_check = None
+        self._tx_ops = None
         self._close_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -288,6 +296,7 @@ class MessageStore:
             self._core.stop_services()
             for service in self._services:
                 service.join()
+            self._close_transactions()
             self._persist_schedule_at_close()
             self._sync_topic_config_at_close()
             try:

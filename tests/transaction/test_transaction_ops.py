@@ -1,0 +1,82 @@
+"""Op messages: batched by the op batch service (size and interval), written at close."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from rmqstore import MessageStore
+from rmqstore._transaction import TransactionalOpBatchService
+from transaction.txhelp import OP_TOPIC, prepare, read_queue, settle, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def op_bodies(store: MessageStore) -> list[bytes]:
+    assert store.wait_dispatched(10)
+    return [m.body for m in read_queue(store, OP_TOPIC)]
+
+
+def test_close_writes_the_queued_ops(open_tx: Callable[..., MessageStore]) -> None:
+    store = open_tx()  # ops batched for 10 minutes
+    ids = prepare(store, 3)
+    store.end_transaction(ids[0], True)
+    store.end_transaction(ids[1], False)
+    store.end_transaction(ids[2], True)
+    settle(store)
+    assert op_bodies(store) == []
+    assert store.transaction_stats()["op_entries_queued"] == 3
+    store.close()
+    store = open_tx()
+    ops = read_queue(store, OP_TOPIC)
+    assert [m.body for m in ops] == [b"0,1,2,"]
+    assert ops[0].tags == "d"
+    assert store.pending_transactions() == []
+
+
+def test_a_full_batch_is_written_without_waiting_for_the_interval(
+    open_tx: Callable[..., MessageStore],
+) -> None:
+    store = open_tx(transaction_op_msg_max_size=8)
+    ids = prepare(store, 5)
+    for tx_id in ids:
+        store.end_transaction(tx_id, False)
+    # "0,1,2,3," reached the size: the service is woken and writes it at once.
+    assert wait_until(lambda: bool(op_bodies(store)), 10)
+    bodies = op_bodies(store)
+    assert bodies[0] == b"0,1,2,3,"
+    assert b"".join(bodies) in (b"0,1,2,3,", b"0,1,2,3,4,")
+
+
+def test_the_interval_writes_a_small_batch(open_tx: Callable[..., MessageStore]) -> None:
+    store = open_tx(transaction_op_batch_interval=100)
+    (tx_id,) = prepare(store, 1)
+    store.end_transaction(tx_id, True)
+    assert wait_until(lambda: op_bodies(store) == [b"0,"], 10)
+
+
+def test_unbatched_ops_are_written_at_once(open_tx: Callable[..., MessageStore]) -> None:
+    store = open_tx(transaction_op_batch_interval=0)
+    ids = prepare(store, 2)
+    store.end_transaction(ids[0], True)
+    assert wait_until(lambda: op_bodies(store) == [b"0,"], 5)
+    store.end_transaction(ids[1], True)
+    assert wait_until(lambda: op_bodies(store) == [b"0,", b"1,"], 5)
+
+
+def test_the_op_size_is_capped_by_the_message_size(open_tx: Callable[..., MessageStore]) -> None:
+    store = open_tx(max_message_size=1000, transaction_op_msg_max_size=1_000_000)
+    service = next(s for s in store._services if isinstance(s, TransactionalOpBatchService))
+    assert service.max_size == 980
+    store = open_tx(store.store_path.parent / "other", transaction_op_msg_max_size=100)
+    service = next(s for s in store._services if isinstance(s, TransactionalOpBatchService))
+    assert service.max_size == 100
+
+
+def test_no_ops_and_no_op_topic_without_transactions(open_tx: Callable[..., MessageStore]) -> None:
+    store = open_tx(transaction_op_batch_interval=0)
+    prepare(store, 1)
+    settle(store)
+    store.close()
+    store = open_tx()
+    assert OP_TOPIC not in store.topics()
