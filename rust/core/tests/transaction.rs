@@ -623,3 +623,37 @@ fn a_commit_behind_more_key_matches_than_one_index_query_gives_is_still_found() 
     );
     store.close().unwrap();
 }
+
+#[test]
+fn a_truncation_forgets_the_halves_it_cut() {
+    let d = TempDir::new("tx", "truncate");
+    let store = open(d.path());
+    let (_a, ida) = store.prepare_message(&msg("TopicA", 0, "a"), None).unwrap();
+    let (c, idc) = store.prepare_message(&msg("TopicA", 0, "c"), None).unwrap();
+    store
+        .end_transaction(TxTarget::Id(idc.clone()), false)
+        .unwrap();
+    let (e, ide) = store.prepare_message(&msg("TopicA", 0, "e"), None).unwrap();
+    assert_eq!(store.transaction_stats().unwrap().op_entries_queued, 1);
+    assert!(store.truncate_files(c.wrote_offset).unwrap());
+    // C's op entry named a half queue offset the cut removed: dropped.
+    assert_eq!(store.transaction_stats().unwrap().op_entries_queued, 0);
+    // New halves take the offsets C and E had.
+    let (d2, idd) = store.prepare_message(&msg("TopicA", 0, "d"), None).unwrap();
+    assert_eq!(d2.wrote_offset, c.wrote_offset);
+    assert_eq!(d2.queue_offset, c.queue_offset);
+    for id in [idc, ide] {
+        assert!(matches!(
+            commit(&store, TxTarget::Id(id)),
+            Err(StoreError::TransactionNotFound(_))
+        ));
+    }
+    let _ = e;
+    let out = commit(&store, TxTarget::Id(idd)).unwrap();
+    assert_eq!(out.half_offset, d2.wrote_offset);
+    commit(&store, TxTarget::Id(ida)).unwrap();
+    let real = get_all(&store, "TopicA", 0);
+    let bodies: Vec<&[u8]> = real.iter().map(|m| m.body()).collect();
+    assert_eq!(bodies, [b"body-d".as_slice(), b"body-a".as_slice()]);
+    store.close().unwrap();
+}

@@ -349,6 +349,7 @@ impl MessageStore {
                 break;
             }
         }
+        self.tx_after_truncate(o);
         log::warn!(
             target: "rmqstore.store",
             "truncated {} at commitlog offset {offset}",

@@ -30,11 +30,12 @@ pub(crate) struct HalfRecord {
 }
 
 /// A properties string that is its map's rendering, without its `REAL_TOPIC` and `REAL_QID`
-/// items (the commit's string), with their values; `None` when they are missing or unusable.
-fn cut_real_queue(props: &[u8]) -> Option<(&str, i32, String)> {
+/// items (the commit's string), with their values and the transaction id
+/// (`__transactionId__`, else `UNIQ_KEY`); `None` when they are missing or unusable.
+fn cut_real_queue(props: &[u8]) -> Option<(&str, i32, String, Option<&str>)> {
     let raw = std::str::from_utf8(props).ok()?;
     let base = props.as_ptr() as usize;
-    let (mut topic, mut qid) = (None, None);
+    let (mut topic, mut qid, mut tx_id, mut uniq) = (None, None, None, None);
     // Byte ranges of the two items (name to its closing separator).
     let mut cuts: [(usize, usize); 2] = [(0, 0); 2];
     let mut n = 0;
@@ -56,6 +57,10 @@ fn cut_real_queue(props: &[u8]) -> Option<(&str, i32, String)> {
             qid = Some(value());
             cuts[n] = item(v);
             n += 1;
+        } else if k == property::TRANSACTION_ID.as_bytes() && !v.is_empty() {
+            tx_id = Some(value());
+        } else if k == property::UNIQ_KEY.as_bytes() && !v.is_empty() {
+            uniq = Some(value());
         }
     });
     let topic = topic.filter(|t| crate::format::topic_is_legal(t))?;
@@ -67,7 +72,7 @@ fn cut_real_queue(props: &[u8]) -> Option<(&str, i32, String)> {
         at = *e;
     }
     out.push_str(&raw[at..]);
-    Some((topic, qid, out))
+    Some((topic, qid, out, tx_id.or(uniq)))
 }
 
 /// `resetTransactionValue`.
@@ -265,6 +270,20 @@ impl MessageStore {
         };
         o.commitlog
             .put_message_as(&m, body, OP_PROPERTIES, Some("false"))
+    }
+
+    /// After a truncation: the table forgets everything (halves past the cut are gone and
+    /// their offsets will hold other records), queued op entries of removed halves are
+    /// dropped, and the check progress is clamped to the queues.
+    pub(super) fn tx_after_truncate(&self, o: &Open) {
+        self.tx.table.clear();
+        let top = |topic: &str| o.cqs.find(topic, 0).map_or(0, |cq| cq.max_offset());
+        let half_end = top(HALF_TOPIC);
+        self.tx.ops.retain_below(half_end);
+        self.tx.half_progress.fetch_min(half_end, Ordering::AcqRel);
+        self.tx
+            .op_progress
+            .fetch_min(top(OP_TOPIC), Ordering::AcqRel);
     }
 
     /// Close: writes every queued op entry.
@@ -545,7 +564,7 @@ impl MessageStore {
         };
         let mut force_wait = false;
         if commit {
-            let (r, wait) = self.put_commit(o, half_offset, own)?;
+            let (r, wait) = self.put_commit(o, &id, half_offset, own)?;
             let ok = r.is_ok();
             outcome.real = Some(r);
             force_wait = wait;
@@ -586,15 +605,18 @@ impl MessageStore {
     /// is that string without `REAL_TOPIC` and `REAL_QID`, cut out without parsing it into a
     /// map). The second value: the SYNC_FLUSH wait the commit's WAIT asks for is still to do
     /// (`o.commitlog.await_put_flush(r)`, after releasing the transaction's lock).
+    /// The half must be one of transaction `id` (a record of another at that offset, e.g.
+    /// after a truncation, is `TransactionNotFound`).
     pub(crate) fn put_commit(
         &self,
         o: &Open,
+        id: &str,
         half_offset: i64,
         own: bool,
     ) -> Result<(AppendResult, bool)> {
         let not_found = || {
             StoreError::TransactionNotFound(format!(
-                "no transaction half message at commitlog offset {half_offset}"
+                "no transaction half message of {id} at commitlog offset {half_offset}"
             ))
         };
         let put = |o: &Open| {
@@ -610,9 +632,15 @@ impl MessageStore {
                 };
                 let (topic, qid, props) = if own {
                     let cut = cut_real_queue(d.properties).ok_or_else(bad)?;
+                    if cut.3 != Some(id) {
+                        return Err(not_found());
+                    }
                     (cut.0, cut.1, cut.2)
                 } else {
                     let sp = StoredProps::parse(d.properties);
+                    if sp.transaction_id() != Some(id) {
+                        return Err(not_found());
+                    }
                     let (topic, qid) = sp.real_queue().ok_or_else(bad)?;
                     (topic, qid, commit_properties(&sp))
                 };
@@ -746,8 +774,8 @@ mod tests {
             for (topic, qid) in [("T", 0), ("TopicWithLongerName", 2_000_000_000)] {
                 let half = half_properties(&user, Some("G"), "U", topic, qid).unwrap();
                 let sp = StoredProps::parse(half.as_bytes());
-                let (t, q, cut) = cut_real_queue(half.as_bytes()).unwrap();
-                assert_eq!((t, q), (topic, qid));
+                let (t, q, cut, id) = cut_real_queue(half.as_bytes()).unwrap();
+                assert_eq!((t, q, id), (topic, qid, Some("U")));
                 assert_eq!(cut, commit_properties(&sp));
             }
         }

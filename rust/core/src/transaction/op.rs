@@ -87,6 +87,24 @@ impl OpQueue {
         q.text.len() >= max_size.max(1) as usize
     }
 
+    /// Drops the queued entries naming a half queue offset at or above `end` (halves a
+    /// truncation removed: the offsets will name other halves).
+    pub(crate) fn retain_below(&self, end: i64) {
+        let mut q = self.lock();
+        let mut kept = String::with_capacity(q.text.len());
+        let mut n = 0;
+        for e in q.text.split_terminator(',') {
+            if e.parse::<i64>().is_ok_and(|v| v < end) {
+                kept.push_str(e);
+                kept.push(',');
+                n += 1;
+            }
+        }
+        q.text = kept;
+        q.entries = n;
+        self.queued.store(n, Ordering::Relaxed);
+    }
+
     /// Whether an entry naming `half_queue_offset` is queued.
     pub(crate) fn contains(&self, half_queue_offset: i64) -> bool {
         let q = self.lock();
@@ -201,6 +219,22 @@ mod tests {
         assert_eq!(bodies[2], "8,9,");
         assert_eq!(r.next_run_ms, 0);
         assert_eq!(q.queued(), 0);
+    }
+
+    #[test]
+    fn a_truncation_drops_the_entries_of_removed_halves() {
+        let q = OpQueue::new(0);
+        for i in [3, 10, 4, 11, 9] {
+            q.push(i, 4096);
+        }
+        q.retain_below(10);
+        assert_eq!(q.queued(), 3);
+        let mut body = String::new();
+        q.write_due(0, 4096, 0, true, |b| {
+            body = String::from_utf8(b.to_vec()).unwrap();
+            ok()
+        });
+        assert_eq!(body, "3,4,9,");
     }
 
     #[test]

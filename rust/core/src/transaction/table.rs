@@ -309,6 +309,13 @@ impl TxTable {
         self.lock(TxKey::of(id))
     }
 
+    /// Forgets everything (after a truncation: the records decide again).
+    pub(crate) fn clear(&self) {
+        for s in self.stripes.iter() {
+            *s.lock().unwrap_or_else(|p| p.into_inner()) = Stripe::default();
+        }
+    }
+
     /// Pending transactions in the table.
     pub(crate) fn pending(&self) -> u64 {
         self.stripes
