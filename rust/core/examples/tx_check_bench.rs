@@ -13,6 +13,17 @@ use rmqstore_core::format::{property, HostAddr};
 use rmqstore_core::transaction::{CheckParams, HALF_TOPIC};
 use rmqstore_core::{Message, MessageStore, StoreConfig};
 
+/// CPU time of this thread (the machine may be shared: wall rates move with its load).
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let n: usize = args
@@ -129,11 +140,12 @@ fn main() {
     };
     let slice = n.div_ceil(10).max(1);
     let (mut check, mut put_plain) = (Duration::ZERO, Duration::ZERO);
+    let (mut check_cpu, mut put_cpu) = (Duration::ZERO, Duration::ZERO);
     let (mut examined, mut copied, mut rounds) = (0u64, 0usize, 0u64);
     let mut put = 0usize;
     while copied < n || put < n {
         let target = (copied + slice).min(n);
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), thread_cpu());
         while copied < target {
             let s = store
                 .transaction_check(p, round.min(target - copied))
@@ -144,12 +156,13 @@ fn main() {
             assert!(!s.to_check.is_empty(), "{s:?}");
         }
         check += t.elapsed();
+        check_cpu += thread_cpu() - c;
         let end = if std::env::var("ONLY_CHECK").is_ok() {
             n
         } else {
             (put + slice).min(n)
         };
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), thread_cpu());
         for m in plain[put..end]
             .iter()
             .filter(|_| std::env::var("ONLY_CHECK").is_err())
@@ -157,6 +170,7 @@ fn main() {
             assert!(store.put_message(m).unwrap().is_ok());
         }
         put_plain += t.elapsed();
+        put_cpu += thread_cpu() - c;
         put = end;
     }
     assert_eq!(copied, n);
@@ -164,11 +178,15 @@ fn main() {
     println!(
         "{n} halves of {size} B: prepare {:.0} tx/s; check rounds ({rounds} of up to {round} \
          copies): {:.0} halves/s examined ({examined} examined, {copied} copied); plain \
-         put_message of the copies {:.0} msg/s; check / plain put = {:.2}",
+         put_message of the copies {:.0} msg/s; check / plain put = {:.2}; thread CPU per \
+         half: check {:.2} us, plain put {:.2} us ({:.2})",
         rate(prepare),
         examined as f64 / check.as_secs_f64(),
         rate(put_plain),
-        put_plain.as_secs_f64() / check.as_secs_f64()
+        put_plain.as_secs_f64() / check.as_secs_f64(),
+        check_cpu.as_secs_f64() * 1e6 / n as f64,
+        put_cpu.as_secs_f64() * 1e6 / n as f64,
+        put_cpu.as_secs_f64() / check_cpu.as_secs_f64()
     );
     store.close().unwrap();
     let _ = std::fs::remove_dir_all(&dir);

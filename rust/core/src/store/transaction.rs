@@ -1,4 +1,4 @@
-//! The store's side of transactional messages ([`crate::transaction`]): prepare, end (commit
+//! The store's side of transactional messages (`crate::transaction`): prepare, end (commit
 //! or rollback, exactly once), the op batching, the check progress and the figures, and the
 //! internal API the check round uses (documented in `transaction/mod.rs`).
 
@@ -226,7 +226,7 @@ impl MessageStore {
         Ok(())
     }
 
-    /// Writes the op messages due (see [`crate::transaction::op::OpQueue::write_due`]);
+    /// Writes the op messages due (see `crate::transaction::op::OpQueue::write_due`);
     /// returns when the next round is due.
     fn tx_write_ops(
         &self,
@@ -312,7 +312,7 @@ impl MessageStore {
     /// they see the message with `view` as its properties map; when one changes it, its map is
     /// rendered again (in the map's order), as RocketMQ's transforming hooks do. The SYNC_FLUSH
     /// wait the message's WAIT asks for is left to the caller when the second value is true
-    /// ([`CommitLog::await_put_flush`](crate::commitlog::CommitLog), once the transaction's lock
+    /// (`CommitLog::await_put_flush`, once the transaction's lock
     /// is released: a force is not waited for under a lock other transactions share).
     fn put_through_hooks(
         &self,
@@ -379,7 +379,7 @@ impl MessageStore {
     // ---- API ----
 
     /// `prepareMessage`: stores `msg` as a transaction half message (see
-    /// [`crate::transaction`]'s records): `RMQ_SYS_TRANS_HALF_TOPIC` queue 0, invisible in its
+    /// `crate::transaction`'s records): `RMQ_SYS_TRANS_HALF_TOPIC` queue 0, invisible in its
     /// real topic, through the put path. Returns the put's result and the transaction id (the
     /// message's `UNIQ_KEY`, generated when it has none). A refused put is a status, as for
     /// any put; a message with a timer property, an illegal topic, or the `UNIQ_KEY` of a

@@ -41,6 +41,7 @@ use crate::transaction::copy::{
     TRAN_PREPARED_QUEUE_OFFSET,
 };
 use crate::transaction::pending::{PendingList, PendingTx};
+use crate::transaction::table::TxKey;
 use crate::transaction::{TxCounters, TxEntry, TxPhase, HALF_TOPIC, OP_TOPIC, REMOVE_TAG};
 
 /// Copies appended in one hold of the append lock.
@@ -52,7 +53,8 @@ const MAX_NULL_HALVES: u32 = 1;
 
 /// A copy encoded into the batch, not yet appended.
 struct PendingCopy {
-    id: Option<String>,
+    /// Its transaction's table key (hashed once, at the lookup).
+    key: Option<TxKey>,
     /// The half it copies: its queue offset (where the round restarts if the copy is not
     /// placed).
     half_queue_offset: i64,
@@ -468,12 +470,13 @@ impl<'a> Round<'a> {
         i: i64,
         d: &crate::format::DecodedRecord<'_>,
         h: &HalfProps<'_>,
+        key: Option<&TxKey>,
     ) -> Result<Option<Step>> {
-        let Some(id) = h.id() else {
+        let (Some(id), Some(key)) = (h.id(), key) else {
             return Ok(None);
         };
         let store = self.store;
-        let mut g = store.tx_lock(id);
+        let mut g = store.tx.table.lock(key.clone());
         let known = match g.get() {
             Some(e) if e.phase == TxPhase::Committed => Known::Committed,
             Some(e) if e.phase.is_ended() => Known::Ended,
@@ -533,11 +536,12 @@ impl<'a> Round<'a> {
         count: i32,
         ask: bool,
     ) -> Result<Step> {
-        if let Some(s) = self.settled(i, d, h)? {
+        let key = h.id().map(TxKey::of);
+        if let Some(s) = self.settled(i, d, h, key.as_ref())? {
             return Ok(s);
         }
-        let count_text = count.to_string();
-        let count_s = count_text.as_str();
+        let mut count_buf = [0u8; 12];
+        let count_s = crate::transaction::records::itoa(count, &mut count_buf);
         let queue_offset_s;
         let mut props = std::mem::take(&mut self.props_buf);
         if ask {
@@ -568,7 +572,7 @@ impl<'a> Round<'a> {
             return Ok(Step::Pass);
         }
         self.pending.push(PendingCopy {
-            id: h.id().map(str::to_owned),
+            key,
             half_queue_offset: i,
             ask,
         });
@@ -593,7 +597,7 @@ impl<'a> Round<'a> {
         h: &HalfProps<'_>,
         count: Option<i32>,
     ) -> Result<Step> {
-        if let Some(s) = self.settled(i, d, h)? {
+        if let Some(s) = self.settled(i, d, h, h.id().map(TxKey::of).as_ref())? {
             return Ok(s);
         }
         // Copies of halves before this one first: records stay in walk order.
@@ -670,8 +674,8 @@ impl<'a> Round<'a> {
                 continue;
             };
             let mut ask = c.ask;
-            if let Some(id) = &c.id {
-                let mut g = self.store.tx_lock(id);
+            if let Some(key) = c.key {
+                let mut g = self.store.tx.table.lock(key);
                 match g.get() {
                     Some(e) if e.phase.is_ended() => ask = false,
                     _ => g.set(TxEntry {

@@ -1,13 +1,13 @@
 //! Transactional messages in RocketMQ 5.x's layout (`TransactionalMessageBridge`,
 //! `TransactionalMessageServiceImpl`, `EndTransactionProcessor`): a producer stores a *half*
-//! message in [`HALF_TOPIC`] queue 0 (invisible in its real topic), then ends the transaction:
+//! message in `HALF_TOPIC` queue 0 (invisible in its real topic), then ends the transaction:
 //! a commit puts the message into its real topic and queue with the COMMIT type, and both a
-//! commit and a rollback mark the half resolved with an *op* message in [`OP_TOPIC`] (tag
-//! [`REMOVE_TAG`], body the comma-terminated half queue offsets), batched as RocketMQ's
+//! commit and a rollback mark the half resolved with an *op* message in `OP_TOPIC` (tag
+//! `REMOVE_TAG`, body the comma-terminated half queue offsets), batched as RocketMQ's
 //! `TransactionalOpBatchService` does.
 //!
 //! - `records`: the byte rules of the half, commit and op records (properties in Java
-//!   `HashMap` order, see [`crate::schedule`]'s `order`).
+//!   `HashMap` order, see `crate::schedule`'s `order`).
 //! - `uniq`: `UNIQ_KEY` generation in `MessageClientIDSetter`'s layout.
 //! - `table`: the in-memory transaction table, striped; a stripe's mutex is the
 //!   per-transaction lock.
@@ -20,7 +20,7 @@
 //!
 //! The half carries `__transactionId__` = `UNIQ_KEY` (generated when the message has none).
 //! Every decision on one transaction (an `end_transaction`, a check) holds that transaction's
-//! lock ([`crate::MessageStore`]'s `tx_lock`) across: the state lookup, the real put, the op
+//! lock (`crate::MessageStore`'s `tx_lock`) across: the state lookup, the real put, the op
 //! enqueue. The state is:
 //!
 //! 1. the table's entry when this process prepared, copied or ended the transaction (the fast
@@ -41,11 +41,11 @@
 //!
 //! # Internal API for the check round (`transaction/check.rs`, `store/transaction_check.rs`)
 //!
-//! On [`crate::MessageStore`] (`store/transaction.rs`), all `pub(crate)`:
+//! On `crate::MessageStore` (`store/transaction.rs`), all `pub(crate)`:
 //!
 //! - `tx_lock(&self, id: &str) -> TxGuard<'_>`: locks the transaction's stripe; the guard
-//!   reads and writes the table's entry of that id ([`table::TxGuard::get`],
-//!   [`table::TxGuard::set`], [`table::TxGuard::remove`]). Hold it across the lookup, the
+//!   reads and writes the table's entry of that id (`table::TxGuard::get`,
+//!   `table::TxGuard::set`, `table::TxGuard::remove`). Hold it across the lookup, the
 //!   puts and the op enqueue of one decision. Never take two at once (stripes are shared by
 //!   many ids: a second lock can deadlock with the first).
 //! - `tx_enqueue_op(&self, o: &Open, half_queue_offset: i64) -> Result<()>`: queues the op
@@ -59,9 +59,20 @@
 //!   entry names that half queue offset (written at or after the op progress, or queued).
 //! - `tx_half_at(o: &Open, offset: i64) -> Result<HalfRecord>`: the half at a commitlog
 //!   offset, as the table needs it (id, queue offset, real topic and queue).
-//! - `self.tx` ([`TxState`]): the table, the op queue, the half and op progress
-//!   ([`TxState::half_progress`], [`TxState::op_progress`]) and the counters
-//!   ([`TxCounters`]; the check round adds `checked`, `discarded`, `already_committed`).
+//! - `tx_halves_of(&self, o: &Open, id: &str) -> Result<Vec<HalfRecord>>`: the halves
+//!   (original and copies) of a transaction the records hold at or after the half progress,
+//!   oldest first.
+//! - `tx_catch_up(o: &Open) -> Result<()>`: dispatches everything written (forcing what is
+//!   written but not confirmed first), so queues and index hold it.
+//! - `put_commit(&self, o: &Open, id: &str, half_offset: i64, own: bool) ->
+//!   Result<(AppendResult, bool)>`: the commit of the half at `half_offset` (which must be
+//!   one of `id`), through the put hooks; `own` when the half was written by this process
+//!   (its properties are cut, not re-rendered). When the second value is true the SYNC_FLUSH
+//!   wait is still to do: `o.commitlog.await_put_flush(r)`, after the transaction's lock is
+//!   released.
+//! - `self.tx` (`TxState`): the table, the op queue, the half and op progress
+//!   (`TxState::half_progress`, `TxState::op_progress`) and the counters
+//!   (`TxCounters`; the check round adds `checked`, `discarded`, `already_committed`).
 //!
 //! Lock order: transaction stripe, then the op queue, then the commitlog's append lock. The
 //! op queue's lock is held while an op message is put (so op messages are written in the
@@ -102,7 +113,7 @@ pub const DEFAULT_OP_MSG_MAX_SIZE: i32 = 4096;
 /// `BrokerConfig.transactionOpBatchInterval` default (ms).
 pub const DEFAULT_OP_BATCH_INTERVAL_MS: i64 = 3000;
 
-/// Which transaction [`crate::MessageStore::end_transaction`] ends.
+/// Which transaction `crate::MessageStore::end_transaction` ends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TxTarget {
     /// The commitlog offset of its half (or of a copy the check made).
@@ -111,7 +122,7 @@ pub enum TxTarget {
     Id(String),
 }
 
-/// What [`crate::MessageStore::end_transaction`] did.
+/// What `crate::MessageStore::end_transaction` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndOutcome {
     pub transaction_id: String,
@@ -126,7 +137,7 @@ pub struct EndOutcome {
     pub ended: bool,
 }
 
-/// The transaction figures ([`crate::MessageStore::transaction_stats`]).
+/// The transaction figures (`crate::MessageStore::transaction_stats`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TxStats {
     /// Halves stored by `prepare_message`.
@@ -148,7 +159,7 @@ pub struct TxStats {
     pub pending_in_memory: u64,
 }
 
-/// The counters behind [`TxStats`].
+/// The counters behind `TxStats`.
 #[derive(Debug, Default)]
 pub(crate) struct TxCounters {
     pub(crate) prepared: AtomicU64,

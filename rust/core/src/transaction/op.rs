@@ -3,7 +3,7 @@
 //!
 //! An entry is the half queue offset followed by a comma. One op message takes the queued
 //! entries in order until its text reaches the op max size (so it may pass it by one entry).
-//! Entries leave the queue only inside [`OpQueue::write_due`], under the queue's lock, and go
+//! Entries leave the queue only inside `OpQueue::write_due`, under the queue's lock, and go
 //! back to its front when their message could not be put: op messages are written in the
 //! order their entries were queued, and an entry is lost by nothing but the process dying
 //! (the exactly-once lookup does not need it: a committed transaction is found by its real
@@ -32,7 +32,7 @@ pub(crate) struct OpQueue {
     queued: AtomicU64,
 }
 
-/// What one [`OpQueue::write_due`] did.
+/// What one `OpQueue::write_due` did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct OpRound {
     /// Op messages written.
