@@ -40,6 +40,8 @@ __all__ = ["TransactionsMixin"]
 log = logging.getLogger("rmqstore.store")
 
 _MAX_LONG = 2**63 - 1
+_COMMIT = TransactionState.COMMIT
+_ROLLBACK = TransactionState.ROLLBACK
 
 
 def _transaction_target(target: object) -> int | str:
@@ -86,14 +88,17 @@ class TransactionsMixin:
         progress = TransactionProgress(self._core, offsets)
         progress.load()
         self._tx_ops = TransactionalOpBatchService.for_config(self._core, cfg)
+        # The core takes the op size and interval an end_transaction writes by from the op
+        # service's calls: give them now, before any transaction can end.
+        self._tx_ops.configure_core()
         self._tx_check = TransactionCheckService(self._core, progress, self._tx_ops, cfg)
         return [self._tx_ops, self._tx_check]
 
     def _close_transactions(self) -> None:
         """Writes the queued op entries (whatever their size) and saves the check's progress,
         once the services stopped and before the core closes. A failure is logged: closing
-        goes on (a transaction whose op was not written is found ended again at the next open
-        by the core's lookup, never committed twice)."""
+        goes on (a commit whose op was not written is found by the core's lookup and never
+        written twice; a rollback's half is checked again)."""
         if self._tx_ops is not None:
             try:
                 self._tx_ops.flush_all()
@@ -169,13 +174,13 @@ class TransactionsMixin:
             raise ArgumentTypeError(f"commit must be a bool, not {type(commit).__name__}")
         out = self._core.end_transaction(target, commit)
         ended: bool = out["ended"]
-        if ended:
+        if ended and ops.interval_ms == 0:
             ops.note_op()
         return EndTransactionResult(
             out["transaction_id"],
             out["half_offset"],
             out["half_queue_offset"],
-            TransactionState.COMMIT if commit else TransactionState.ROLLBACK,
+            _COMMIT if commit else _ROLLBACK,
             ended,
             out["result"],
         )
@@ -195,7 +200,7 @@ class TransactionsMixin:
         ``TRANS_CHECK_MAX_TIME_TOPIC`` (logged) and ``on_discard(message)`` is called (an
         exception in it is logged). Both are called from the check service's thread (or the
         caller of :meth:`check_transactions`) with no store lock held: they may call the
-        store, ``end_transaction`` included.
+        store, ``end_transaction`` included. :meth:`close` waits for a call in progress.
 
         Without a checker no check round runs: pending halves are left alone and their number
         is logged. A read-only store raises :class:`~rmqstore.errors.StoreReadOnlyError`.

@@ -243,6 +243,11 @@ class TransactionalOpBatchService(ServiceThread):
         max_size = min(cfg.transaction_op_msg_max_size, max(cfg.max_message_size - OP_ENTRY_MAX, 1))
         return cls(core, max_size, cfg.transaction_op_batch_interval)
 
+    def configure_core(self) -> None:
+        """Hands the op size and interval to the core (a round with nothing due): a
+        transaction that fills a batch writes it with these, from the first one on."""
+        self._core.transaction_flush_ops(_now_ms(), self.max_size, self.interval_ms, False)
+
     def note_op(self) -> None:
         """An op entry was queued. The core writes the op messages on the ending thread once
         the queued text reaches the size; with ``transaction_op_batch_interval`` = 0 every
@@ -367,7 +372,8 @@ class TransactionCheckService(ServiceThread):
     an answer racing a user's ``end_transaction`` harmless: the later one finds it ended),
     UNKNOWN, an exception or an answer of another type leave it for a later round (logged
     with the transaction id). Each discarded half is logged and passed to ``on_discard``.
-    After every step the progress is saved (:class:`TransactionProgress`).
+    The progress is saved (:class:`TransactionProgress`) at the end of the round and, within
+    a long one, every :attr:`persist_seconds`.
 
     Rounds never overlap: :meth:`check_now` (``MessageStore.check_transactions``) waits for a
     running round. With no checker set, no round runs; the number of pending transactions is
@@ -378,6 +384,9 @@ class TransactionCheckService(ServiceThread):
 
     #: Copies one core call re-appends at most before the checker is asked about them.
     max_to_check = 1000
+    #: Within a long round the progress is saved at most this often (s), and at its end: a
+    #: crash repeats at most this much of the round's checks.
+    persist_seconds = 1.0
     #: How many pending transactions are counted for the log line of a store without checker.
     pending_log_limit = 1000
 
@@ -489,6 +498,7 @@ class TransactionCheckService(ServiceThread):
         began = time.monotonic()
         start_ms = _now_ms()
         counts = _Counts()
+        persisted = began
         while True:
             step = self._core.transaction_check(
                 start_ms, self.timeout_ms, self.check_max, FILE_RESERVED_MS, self.max_to_check
@@ -504,10 +514,14 @@ class TransactionCheckService(ServiceThread):
                 if self._stopped.is_set():
                     break
                 self._ask(offset, checker, counts)
-            self._persist()
-            if step["done"] or self._stopped.is_set():
+            last = step["done"] or self._stopped.is_set()
+            stuck = not (last or step["examined"] or to_check or discarded)
+            if last or stuck or time.monotonic() - persisted >= self.persist_seconds:
+                self._persist()
+                persisted = time.monotonic()
+            if last:
                 break
-            if not step["examined"] and not to_check and not discarded:
+            if stuck:
                 # Not done, yet nothing moved: a core that cannot go on now; next round.
                 log.warning("%s: the check walk made no progress; stopping the round", self.name)
                 break
@@ -578,31 +592,43 @@ class TransactionCheckService(ServiceThread):
             counts.unknown += 1
             log.warning("%s: no half message at offset %d any more", self.name, offset)
             return
-        tx_id = transaction_id_of(msg)
-        state = self._answer(checker, msg, tx_id, counts)
+        state = self._answer(checker, msg, counts)
         if state is TransactionState.UNKNOWN:
             counts.unknown += 1
             return
-        self._apply(offset, state, tx_id, counts)
+        self._apply(offset, state, msg, counts)
 
-    def _apply(self, offset: int, state: TransactionState, tx_id: str, counts: _Counts) -> None:
-        """Ends the transaction of the copy at ``offset`` as the checker answered."""
+    def _apply(
+        self, offset: int, state: TransactionState, msg: MessageExt, counts: _Counts
+    ) -> None:
+        """Ends the transaction of the copy at ``offset`` as the checker answered (the
+        transaction id, read from the message's properties, only for the log)."""
         commit = state is TransactionState.COMMIT
         try:
             outcome = self._core.end_transaction(offset, commit)
         except TransactionEndedError as exc:
             counts.already_ended += 1
-            log.info("%s: transaction %s was ended meanwhile: %s", self.name, tx_id, exc)
+            log.info(
+                "%s: transaction %s was ended meanwhile: %s",
+                self.name,
+                transaction_id_of(msg),
+                exc,
+            )
             return
         except TransactionNotFoundError as exc:
             counts.failed += 1
-            log.warning("%s: transaction %s: %s", self.name, tx_id, exc)
+            log.warning("%s: transaction %s: %s", self.name, transaction_id_of(msg), exc)
             return
         except StoreClosedError:
             raise
         except Exception:
             counts.failed += 1
-            log.exception("%s: applying %s to transaction %s failed", self.name, state.name, tx_id)
+            log.exception(
+                "%s: applying %s to transaction %s failed",
+                self.name,
+                state.name,
+                transaction_id_of(msg),
+            )
             return
         if not outcome["ended"]:
             counts.failed += 1
@@ -610,7 +636,7 @@ class TransactionCheckService(ServiceThread):
             log.warning(
                 "%s: committing transaction %s: the real put answered %s; still pending",
                 self.name,
-                tx_id,
+                transaction_id_of(msg),
                 None if result is None else result.status.name,
             )
             return
@@ -620,9 +646,7 @@ class TransactionCheckService(ServiceThread):
         else:
             counts.rolled_back += 1
 
-    def _answer(
-        self, checker: Checker, msg: MessageExt, tx_id: str, counts: _Counts
-    ) -> TransactionState:
+    def _answer(self, checker: Checker, msg: MessageExt, counts: _Counts) -> TransactionState:
         try:
             state = checker(msg)
         except Exception:
@@ -631,7 +655,7 @@ class TransactionCheckService(ServiceThread):
                 "%s: the transaction checker raised for transaction %s (topic %s); counted "
                 "as UNKNOWN",
                 self.name,
-                tx_id,
+                transaction_id_of(msg),
                 msg.topic,
                 exc_info=True,
             )
@@ -643,7 +667,7 @@ class TransactionCheckService(ServiceThread):
                 "rmqstore.TransactionState; counted as UNKNOWN",
                 self.name,
                 state,
-                tx_id,
+                transaction_id_of(msg),
             )
             return TransactionState.UNKNOWN
         return state

@@ -15,6 +15,7 @@ from rmqstore import (
     TransactionCheckReport,
     TransactionState,
 )
+from rmqstore._transaction import TransactionCheckService
 from rmqstore.errors import ArgumentTypeError, InvalidArgumentError
 from transaction.txhelp import (
     CHECK_MAX_TOPIC,
@@ -148,6 +149,24 @@ def test_an_exception_in_on_discard_is_logged(
     assert tx_id in caplog.text
     # The store goes on.
     assert prepare(store, 1)
+
+
+def test_a_round_of_many_steps_asks_each_transaction_once(tx_store: MessageStore) -> None:
+    """Every step of a round runs with the round's start time: the copies the first steps
+    append are stored after it and stop the walk, instead of being checked again (and counted
+    towards discard) within the same round."""
+    ids = prepare(tx_store, 5)
+    service = next(s for s in tx_store._services if isinstance(s, TransactionCheckService))
+    service.max_to_check = 1
+    checker = Recorder(TransactionState.UNKNOWN)
+    tx_store.set_transaction_checker(checker)
+    report = check(tx_store)
+    assert report.steps >= 5
+    assert sorted(checker.asked_ids) == sorted(ids)
+    assert [p.check_times for p in tx_store.pending_transactions()] == [1] * 5
+    report = check(tx_store)
+    assert report.checked == 5
+    assert [p.check_times for p in tx_store.pending_transactions()] == [2] * 5
 
 
 def test_check_max_zero_asks_once_as_rocketmq_does(open_tx: Callable[..., MessageStore]) -> None:

@@ -80,3 +80,16 @@ def test_no_ops_and_no_op_topic_without_transactions(open_tx: Callable[..., Mess
     store.close()
     store = open_tx()
     assert OP_TOPIC not in store.topics()
+
+
+def test_the_core_knows_the_op_size_before_the_service_runs(
+    open_tx: Callable[..., MessageStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The op size is handed to the core at open: a batch filled before the op service's
+    first round (here it never runs) is still written by the transaction that filled it."""
+    monkeypatch.setattr(TransactionalOpBatchService, "start", lambda self: None)
+    store = open_tx(transaction_op_msg_max_size=4)
+    ids = prepare(store, 3)
+    for tx_id in ids:
+        store.end_transaction(tx_id, True)
+    assert op_bodies(store) == [b"0,1,"]

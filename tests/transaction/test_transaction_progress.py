@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from rmqstore import MessageStore, TransactionState
+from rmqstore import MessageExt, MessageStore, TransactionState
+from rmqstore._transaction import TransactionCheckService
 from rmqstore.offsets import ConsumerOffsetManager
 from transaction.txhelp import (
     HALF_TOPIC,
@@ -137,3 +138,27 @@ def test_progress_after_a_commit_answer_survives_reopen(
     assert checker.asked == []
     real = read_queue(store, "TopicTx")
     assert sorted(m.properties["UNIQ_KEY"] for m in real) == sorted(ids)
+
+
+@pytest.mark.parametrize("persist_seconds", [0.0, 3600.0])
+def test_a_long_round_saves_its_progress_on_the_way(
+    open_tx: Callable[..., MessageStore], persist_seconds: float
+) -> None:
+    store = open_tx()
+    prepare(store, 4)
+    service = next(s for s in store._services if isinstance(s, TransactionCheckService))
+    service.max_to_check = 1
+    service.persist_seconds = persist_seconds
+    seen: list[int] = []
+
+    def checker(msg: MessageExt) -> TransactionState:
+        seen.append(store.consumer_offsets.query_offset(TRANS_GROUP, HALF_TOPIC, 0))
+        return TransactionState.UNKNOWN
+
+    store.set_transaction_checker(checker)
+    round_of(store)
+    if persist_seconds:
+        assert seen == [-1] * 4  # saved at the round's end only
+    else:
+        assert seen == [-1, 1, 2, 3]  # saved after each step
+    assert store.consumer_offsets.query_offset(TRANS_GROUP, HALF_TOPIC, 0) == 4
