@@ -8,7 +8,8 @@ round after round, in three ways:
   ``decide(seq)`` of the sequence number the message carries), leaving some pending as a
   producer that crashed mid-transaction would; after each ``end_transaction`` returns it
   appends ``C seq`` or ``R seq`` to an acknowledgement file and forces it.
-* ``check``: the child prepares halves and never ends them; its transaction check service
+* ``check``: the child prepares halves (a backlog of 1,000, then a trickle) and never ends
+  them; its transaction check service
   (small ``transaction_timeout`` and interval) resolves them through a checker answering
   ``decide(seq)`` (or, now and then, UNKNOWN: the half is copied and asked about again later).
 * ``queued``: as ``produce`` with a check service too, but op messages stay queued in memory
@@ -125,11 +126,17 @@ CHILD = COMMON + textwrap.dedent(
             raise RuntimeError("the checker failed (counts as UNKNOWN)")
         return TransactionState.COMMIT if decide(seq_of(msg)) else TransactionState.ROLLBACK
 
+    seq = start
+    if kind == "check":
+        # A backlog that falls due at once, then a trickle.
+        for seq in range(start, start + 1000):
+            msg = Message("TxReal", body(seq), keys=[f"s{seq}"], queue_id=seq % 4)
+            assert store.prepare_message(msg).status is PutMessageStatus.PUT_OK
+        seq += 1
     if kind != "produce":
         store.set_transaction_checker(checker)
     ack = open(acks, "a")
     print("READY", flush=True)
-    seq = start
     while True:
         msg = Message("TxReal", body(seq), keys=[f"s{seq}"], queue_id=seq % 4)
         r = store.prepare_message(msg)
