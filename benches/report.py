@@ -28,6 +28,8 @@ class Row:
 #: Targets not met yet, by figure prefix -> issue number.
 OPEN_TARGETS = {
     "Spark count + group-by": 5,
+    "transactions: prepare + commit": 18,
+    "transactions: check-back scan": 18,
 }
 
 
@@ -306,6 +308,55 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                 "p99 <= 100 ms",
                 # Lower is better: in quick mode allow twice the target.
                 p99 <= 100 / scale,
+            )
+        )
+
+    def tx_rate(v: float) -> str:
+        return fmt_rate(v, "msg/s").replace("msg/s", "tx/s")
+
+    tpc = results.get("tx_prepare_commit")
+    if tpc:
+        tx = float(tpc["tx_rate"])
+        rows.append(
+            Row(
+                f"transactions: prepare + commit of {int(tpc['transactions']):,} messages of "
+                f"128 B, one Python thread, ASYNC_FLUSH ({float(tpc['ratio']):.2f}x put_message "
+                f"of the same messages, {fmt_rate(float(tpc['put_rate']), 'msg/s')}; through "
+                f"the binding alone {tx_rate(float(tpc['core_rate']))}, "
+                f"{float(tpc['core_ratio']):.2f}x)",
+                tx_rate(tx),
+                ">= 300 k tx/s",
+                check(tx, 300_000),
+            )
+        )
+    tsf = results.get("tx_sync_flush")
+    if tsf:
+        per_force = float(tsf["puts_per_force"])
+        rows.append(
+            Row(
+                f"transactions, SYNC_FLUSH, {int(tsf['threads'])} threads: "
+                f"{tx_rate(float(tsf['tx_rate']))} "
+                f"({float(tsf['ratio']):.2f}x put_message from the same threads, "
+                f"{fmt_rate(float(tsf['put_rate']), 'msg/s')}); "
+                f"{float(tsf['forces_per_tx']):.3f} forces a transaction "
+                f"(put_message: {float(tsf['forces_per_put']):.3f} a message); synchronous "
+                "puts (half + commit) per force",
+                f"{per_force:.1f}",
+                ">= 16",
+                check(per_force, 16),
+            )
+        )
+    tcs = results.get("tx_check_scan")
+    if tcs:
+        scan = float(tcs["scan_rate"])
+        rows.append(
+            Row(
+                f"transactions: check-back scan of {int(tcs['halves']):,} pending halves, no op "
+                f"message, each copied for its check, checker aside ({float(tcs['ratio']):.2f}x "
+                f"put_message of the same messages, {fmt_rate(float(tcs['put_rate']), 'msg/s')})",
+                fmt_rate(scan, "msg/s").replace("msg/s", "halves/s"),
+                ">= 1 M halves/s",
+                check(scan, 1_000_000),
             )
         )
     return rows
