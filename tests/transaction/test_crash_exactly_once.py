@@ -28,10 +28,11 @@ The same census is shown to fail on a second commit written the way RocketMQ's c
 writes it (``test_the_census_catches_a_second_commit``).
 
 The rounds found one store bug outside the transaction code: a kill during the page fault of a
-record's second page leaves the record's tail zero, and recovery keeps it (only the body has a
-CRC). Such a half (the prepare in flight, never acknowledged) has no REAL_TOPIC and cannot be
-resolved: the census sets it apart and counts it, and ``test_a_half_torn_by_sigkill_is_cut_off``
-(xfail, strict) reproduces it until recovery cuts such records off.
+record's second page left the record's tail zero, and recovery kept it (only the body has a
+CRC): a half without REAL_TOPIC that no check can resolve. Appends now write a record's size
+after every other byte of it, so a kill leaves a size of 0 there (the end of the data); the
+census fails on any torn half it finds, and ``test_a_record_cut_by_a_kill_is_not_kept``
+checks what recovery does with what such a kill leaves.
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ class Tally:
     real_without_op: int = 0
     pending_at_reopen: int = 0
     check_rounds: int = 0
-    #: Halves torn by a kill and kept by recovery (a known core bug, see is_torn).
+    #: Halves torn by a kill and kept by recovery (none since appends write the size last).
     torn: int = 0
     stats: collections.Counter[str] = field(default_factory=collections.Counter)
 
@@ -215,7 +216,7 @@ def read_topic(store: MessageStore, topic: str) -> list[MessageExt]:
 
 def is_torn(m: MessageExt) -> bool:
     """A half record cut by the kill inside its properties (their tail never written: NUL
-    bytes, no REAL_TOPIC) that recovery kept: see test_a_half_torn_by_sigkill_is_cut_off."""
+    bytes, no REAL_TOPIC) that recovery kept: see test_a_record_cut_by_a_kill_is_not_kept."""
     return "REAL_TOPIC" not in m.properties and any(
         "\x00" in k or "\x00" in v for k, v in m.properties.items()
     )
@@ -299,6 +300,8 @@ def resolve(store: MessageStore, tally: Tally, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     torn, seqs = torn_ids(store)
     tally.torn = len(seqs)
+    # Appends write a record's size after the rest of it: a kill cannot leave a torn record.
+    assert not seqs, f"records torn by the kill were kept by recovery: {sorted(seqs)}"
 
     def unresolved() -> list[Any]:
         return [p for p in store.pending_transactions() if p.transaction_id not in torn]
@@ -514,20 +517,13 @@ TORN_CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    reason="recovery keeps a record whose properties were cut by the kill (found by the "
-    "random rounds: SIGKILL during the page fault of a record's second page left its tail zero; "
-    "only the body has a CRC, so the check at open accepts it and the half stays pending, "
-    "copied at every check round)",
-    strict=True,
-)
-def test_a_half_torn_by_sigkill_is_cut_off(tmp_path: Path) -> None:
-    """The last half a killed process wrote, its properties' tail never written (as when the
-    kill lands in the page fault of the record's next page), is not a record: recovery cuts
-    the commitlog before it, and it is not pending. A prepare in flight at a kill was never
-    acknowledged, so losing it is right; keeping it leaves a transaction without a real topic
-    that no check can resolve (and a commit cut the same way loses the UNIQ_KEY the
-    exactly-once lookup looks for)."""
+def test_a_record_cut_by_a_kill_is_not_kept(tmp_path: Path) -> None:
+    """What a kill during the copy of the last record leaves (appends write its total size
+    last, after a fence: the size still 0, part of the tail not written) is not a record:
+    recovery cuts the commitlog before it, and the half is not pending. A prepare in flight at
+    a kill was never acknowledged, so losing it is right; keeping it would leave a transaction
+    without a real topic that no check can resolve (and a commit cut the same way would lose
+    the UNIQ_KEY the exactly-once lookup looks for)."""
     path = tmp_path / "store"
     proc = subprocess.Popen(
         [sys.executable, "-c", TORN_CHILD, str(path)], stdout=subprocess.PIPE, text=True
@@ -542,7 +538,10 @@ def test_a_half_torn_by_sigkill_is_cut_off(tmp_path: Path) -> None:
             proc.stdout.close()
     segment = path / "commitlog" / f"{offset // (1024 * 1024) * (1024 * 1024):020d}"
     with open(segment, "r+b") as f:
-        # The last 40 bytes of the record: inside its properties (REAL_QID and the flags).
+        # The size not yet written, and the last 40 bytes of the record (inside its
+        # properties: REAL_QID and the flags) not either.
+        f.seek(offset % (1024 * 1024))
+        f.write(b"\0" * 4)
         f.seek(offset % (1024 * 1024) + size - 40)
         f.write(b"\0" * 40)
     with MessageStore(path, mapped_file_size_commit_log=1024 * 1024) as store:

@@ -281,6 +281,26 @@ pub(crate) mod tests {
     /// docs/format.md#record-fields: topic "FooBar", 32-byte body, TAGS=TAG1 and a 13-digit KEYS:
     /// 158 bytes.
     #[test]
+    fn a_record_reads_as_the_end_of_the_data_until_its_size_is_published() {
+        let props = encode_properties([("TAGS", "TAG1")]);
+        let body = [b'y'; 40];
+        let p = PreparedMessage::new(&env("T"), &body, &props, &limits()).unwrap();
+        let whole = p.to_vec(3, 300, 1_700_000_000_000);
+        // Space that held other bytes before (a region reused after a truncation).
+        let mut dst = vec![0xA5u8; whole.len()];
+        p.template
+            .write_record(&mut dst, &p.body, 3, 300, 1_700_000_000_000, false);
+        assert_eq!(be_i32(&dst, 0), 0, "the size is written last");
+        assert_eq!(&dst[4..], &whole[4..]);
+        publish_size(&mut dst, p.total_len());
+        assert_eq!(dst, whole);
+        let mut blank = [0xA5u8; 8];
+        write_blank(&mut blank, 4096);
+        assert_eq!(be_i32(&blank, 0), 4096);
+        assert_eq!(be_i32(&blank, 4), BLANK_MAGIC_CODE);
+    }
+
+    #[test]
     fn golden_158_byte_record() {
         let props = encode_properties([("TAGS", "TAG1"), ("KEYS", "1700000000000")]);
         assert_eq!(props.len(), 29);
