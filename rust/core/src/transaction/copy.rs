@@ -256,6 +256,23 @@ impl<'a> HalfProps<'a> {
     }
 }
 
+/// The transaction id of a stored properties string as [`HalfProps::id`] reads it, without
+/// the rest of the parse.
+pub(crate) fn id_of(raw: &[u8]) -> Option<&str> {
+    let (mut uniq, mut tid) = (None, None);
+    for_each_property(raw, |k, v| {
+        if v.is_empty() {
+            return;
+        }
+        if k == crate::format::property::UNIQ_KEY.as_bytes() {
+            uniq = Some(v);
+        } else if k == TRANSACTION_ID.as_bytes() {
+            tid = Some(v);
+        }
+    });
+    std::str::from_utf8(uniq.or(tid)?).ok()
+}
+
 /// `needDiscard`'s answer for a half whose `TRANSACTION_CHECK_TIMES` is `stored`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CheckCount {
