@@ -657,3 +657,92 @@ fn a_truncation_forgets_the_halves_it_cut() {
     assert_eq!(bodies, [b"body-d".as_slice(), b"body-a".as_slice()]);
     store.close().unwrap();
 }
+
+#[test]
+fn many_threads_end_many_transactions_and_a_reopen_agrees_on_every_one() {
+    let d = TempDir::new("tx", "many");
+    let store = open(d.path());
+    let stop = AtomicBool::new(false);
+    let per_thread = 300;
+    let ends: Vec<(String, i64, bool)> = std::thread::scope(|s| {
+        // The op batch service: small messages, short interval.
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                store
+                    .transaction_flush_ops(rmqstore_core::now_millis(), 64, 2, false)
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let hs: Vec<_> = (0..4)
+            .map(|t| {
+                let store = &store;
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    for i in 0..per_thread {
+                        let (r, id) = store
+                            .prepare_message(&msg("TopicM", t, &format!("{t}-{i}")), None)
+                            .unwrap();
+                        let commit = !(i + t as usize).is_multiple_of(3);
+                        let target = if i % 2 == 0 {
+                            TxTarget::Id(id.clone())
+                        } else {
+                            TxTarget::Offset(r.wrote_offset)
+                        };
+                        assert!(store.end_transaction(target, commit).unwrap().ended);
+                        out.push((id, r.wrote_offset, commit));
+                    }
+                    out
+                })
+            })
+            .collect();
+        let all = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        stop.store(true, Ordering::SeqCst);
+        all
+    });
+    let commits = ends.iter().filter(|e| e.2).count() as u64;
+    let s = store.transaction_stats().unwrap();
+    assert_eq!(s.prepared, ends.len() as u64);
+    assert_eq!(s.committed, commits);
+    assert_eq!(s.rolled_back, ends.len() as u64 - commits);
+    assert_eq!(s.pending_in_memory, 0);
+    store.close().unwrap();
+    let store = open(d.path());
+    drain(&store);
+    // Every half queue offset is named by exactly one op entry.
+    let mut named = std::collections::HashMap::new();
+    let mut next = 0;
+    loop {
+        let r = store
+            .get_message(OP_TOPIC, 0, next, 32, &TagFilter::all())
+            .unwrap();
+        if r.status != GetMessageStatus::Found {
+            break;
+        }
+        for m in &r.messages {
+            for e in std::str::from_utf8(m.body()).unwrap().split_terminator(',') {
+                *named.entry(e.parse::<i64>().unwrap()).or_insert(0) += 1;
+            }
+        }
+        next = r.next_begin_offset;
+    }
+    assert_eq!(named.len(), ends.len());
+    assert!(named.values().all(|&n| n == 1));
+    let real: i64 = (0..4)
+        .map(|q| store.max_offset_in_queue("TopicM", q).unwrap())
+        .sum();
+    assert_eq!(real as u64, commits);
+    // A second end of any of them, by id or offset: ended (read from the records).
+    for (i, (id, off, _)) in ends.iter().enumerate().step_by(7) {
+        let t = if i % 2 == 0 {
+            TxTarget::Id(id.clone())
+        } else {
+            TxTarget::Offset(*off)
+        };
+        assert!(matches!(
+            store.end_transaction(t, true),
+            Err(StoreError::TransactionEnded(_))
+        ));
+    }
+    store.close().unwrap();
+}
