@@ -411,13 +411,16 @@ impl<'a> Round<'a> {
     /// Brings the table entries of the transactions of `units` into the CPU caches
     /// ([`crate::transaction::table::TxTable::warm`]) before the walk looks each one up under
     /// its lock: with many transactions in memory, a lookup is otherwise a cache miss paid
-    /// alone. Halves an op already names are left out (the walk passes them without a lookup).
+    /// alone. Halves an op already names are left out (the walk passes them without a lookup),
+    /// and halves past the copies the round may still make (it ends there).
     fn warm_table(&mut self, units: &[CqUnit]) {
         let o = self.o;
         let ops = &self.ops;
+        let left = self.max_to_check.saturating_sub(self.asked);
         let keys = units
             .iter()
             .filter(|u| !ops.names(u.queue_offset))
+            .take(left)
             .filter_map(|u| {
                 o.commitlog
                     .with_unit_record(u.phy_offset, u.size, |d| id_of(d.properties).map(TxKey::of))
