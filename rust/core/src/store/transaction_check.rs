@@ -15,9 +15,10 @@
 //! # Where the time goes
 //!
 //! With a million transactions pending in memory (`tx_check_bench`), a lookup in the table is
-//! a cache miss or two; paid one after another (each under its stripe's lock) they were half
-//! of the round. Before the walk looks at a chunk of [`UNIT_CHUNK`] half units, their table
-//! entries are warmed together ([`Round::warm_table`]), so the misses overlap. A copy's
+//! a cache miss or two; paid one at a time between the work of two halves they were half of
+//! the round. Before the walk looks at a chunk of [`UNIT_CHUNK`] half units, their keys are
+//! made and their table entries looked up back to back ([`Round::warm_table`]), so the misses
+//! overlap. A copy's
 //! properties string is spliced from the half's when that one is already in the map's order
 //! (`HalfProps::render_into`). The first write to each new commitlog page (the kernel zeroing
 //! it) costs the copies what it costs any put; `warm_mapped_file_enable` with the allocation

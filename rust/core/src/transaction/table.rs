@@ -310,22 +310,20 @@ impl TxTable {
     }
 
     /// Brings the entries of `keys` into the CPU caches ahead of the per-transaction lookups
-    /// of a walk over many transactions (the check round): the keys are grouped by stripe,
-    /// each stripe locked once and its keys looked up back to back, so that their cache misses
-    /// overlap instead of being paid one after the other (a lock between two lookups keeps
-    /// the second from starting before the first completes). Nothing is changed or decided
-    /// here: each transaction is looked up again under its lock when it is decided.
+    /// of a walk over many transactions (the check round). The keys are made first (into
+    /// `scratch`), then looked up back to back with nothing else in between, so that their
+    /// cache misses overlap, where the walk pays each one alone between the work of two
+    /// halves. (Measured: interleaving the key making with the lookups loses most of the gain;
+    /// grouping the keys by stripe, one lock per stripe, adds nothing.) Nothing is changed or
+    /// decided here: each transaction is looked up again under its lock when it is decided.
     pub(crate) fn warm(&self, keys: impl IntoIterator<Item = TxKey>, scratch: &mut Vec<Hashed>) {
         scratch.clear();
         scratch.extend(keys.into_iter().map(TxKey::hashed));
-        scratch.sort_unstable_by_key(Hashed::stripe);
-        for group in scratch.chunk_by(|a, b| a.stripe() == b.stripe()) {
-            let stripe = self.stripes[group[0].stripe()]
+        for key in scratch.iter() {
+            let stripe = self.stripes[key.stripe()]
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            for k in group {
-                std::hint::black_box(stripe.get(k));
-            }
+            std::hint::black_box(stripe.get(key));
         }
     }
 
@@ -451,12 +449,12 @@ mod tests {
         }
         let before: Vec<Option<TxEntry>> = ids.iter().map(|id| t.lock_id(id).get()).collect();
         let pending = t.pending();
-        let mut scratch = Vec::new();
         // Known and unknown keys, hex and text, a key twice.
         let keys = ids
             .iter()
             .map(|id| TxKey::of(id))
             .chain(["nope", "nope", "order-1"].map(TxKey::of));
+        let mut scratch = Vec::new();
         t.warm(keys, &mut scratch);
         t.warm(std::iter::empty(), &mut scratch);
         assert!(scratch.is_empty());
