@@ -5,8 +5,14 @@
 //! prepares `halves` transactions born a minute ago, dispatches them, then runs check rounds of
 //! at most `round` copies and puts the same copies as plain messages, a tenth of each in turn.
 //! With `REOPEN=1` the store is reopened before the rounds (the in-memory table is empty: each
-//! half's state comes from `find_commit`); `NO_INDEX=1` turns the index off.
+//! half's state comes from `find_commit`); `NO_INDEX=1` turns the index off. `WARM=1` sets
+//! `warm_mapped_file_enable` and runs the allocation service on a thread of its own, as the
+//! Python store does (`AllocateMappedFileService` + `warmMappedFile`: the next segment is
+//! created and every page touched before an append reaches it, so neither the copies nor the
+//! puts pay the first-write page faults); `SEGMENT_MB` sets the commitlog segment size
+//! (default 1024).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmqstore_core::format::{property, HostAddr};
@@ -34,12 +40,19 @@ fn main() {
     let round: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let dir = std::env::temp_dir().join(format!("rmqstore-txcheck-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    let warm = std::env::var("WARM").is_ok();
+    let segment_mb: i64 = std::env::var("SEGMENT_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
     let cfg = StoreConfig {
-        mapped_file_size_commit_log: 1 << 30,
+        mapped_file_size_commit_log: segment_mb << 20,
         message_index_enable: std::env::var("NO_INDEX").is_err(),
+        warm_mapped_file_enable: warm,
         ..StoreConfig::default()
     };
-    let mut store = MessageStore::open(&dir, cfg.clone()).expect("open");
+    let store = Arc::new(MessageStore::open(&dir, cfg.clone()).expect("open"));
+    let service = warm.then(|| allocation_service(&store));
     let body = vec![b'x'; size];
     let born = rmqstore_core::now_millis() - 60_000;
     let msg = |i: usize| Message {
@@ -123,15 +136,18 @@ fn main() {
             n as f64 / took.as_secs_f64(),
             store.transaction_offsets().unwrap()
         );
-        store.close().unwrap();
+        stop(store, service);
         let _ = std::fs::remove_dir_all(&dir);
         return;
     }
-    if std::env::var("REOPEN").is_ok() {
-        store.close().unwrap();
-        drop(store);
-        store = MessageStore::open(&dir, cfg).expect("reopen");
-    }
+    let (store, service) = if std::env::var("REOPEN").is_ok() {
+        stop(store, service);
+        let store = Arc::new(MessageStore::open(&dir, cfg).expect("reopen"));
+        let service = warm.then(|| allocation_service(&store));
+        (store, service)
+    } else {
+        (store, service)
+    };
     let p = CheckParams {
         now_ms: rmqstore_core::now_millis() + 1000,
         timeout_ms: 6000,
@@ -143,6 +159,7 @@ fn main() {
     let (mut check_cpu, mut put_cpu) = (Duration::ZERO, Duration::ZERO);
     let (mut examined, mut copied, mut rounds) = (0u64, 0usize, 0u64);
     let mut put = 0usize;
+    let mut failed = 0u32;
     while copied < n || put < n {
         let target = (copied + slice).min(n);
         let (t, c) = (Instant::now(), thread_cpu());
@@ -153,7 +170,13 @@ fn main() {
             examined += s.examined;
             copied += s.to_check.len();
             rounds += 1;
-            assert!(!s.to_check.is_empty(), "{s:?}");
+            if s.to_check.is_empty() {
+                // The copies could not be appended (a segment not delivered in time by a
+                // loaded machine): the round ended where they start; the next one retries.
+                failed += 1;
+                assert!(failed < 100, "{s:?}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
         check += t.elapsed();
         check_cpu += thread_cpu() - c;
@@ -177,7 +200,7 @@ fn main() {
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
     println!(
         "{n} halves of {size} B: prepare {:.0} tx/s; check rounds ({rounds} of up to {round} \
-         copies): {:.0} halves/s examined ({examined} examined, {copied} copied); plain \
+         copies, {failed} failed): {:.0} halves/s examined ({examined} examined, {copied} copied); plain \
          put_message of the copies {:.0} msg/s; check / plain put = {:.2}; thread CPU per \
          half: check {:.2} us, plain put {:.2} us ({:.2})",
         rate(prepare),
@@ -188,6 +211,27 @@ fn main() {
         put_cpu.as_secs_f64() * 1e6 / n as f64,
         put_cpu.as_secs_f64() / check_cpu.as_secs_f64()
     );
-    store.close().unwrap();
+    stop(store, service);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The allocation service on a thread of its own (what `rmqstore._services` runs).
+fn allocation_service(store: &Arc<MessageStore>) -> std::thread::JoinHandle<()> {
+    store.attach_allocation_service();
+    let s = Arc::clone(store);
+    std::thread::spawn(move || {
+        while !s
+            .allocation_service_step(Duration::from_millis(100))
+            .stopped
+        {}
+    })
+}
+
+/// Stops the service thread (if any) and closes the store.
+fn stop(store: Arc<MessageStore>, service: Option<std::thread::JoinHandle<()>>) {
+    if let Some(h) = service {
+        store.stop_services();
+        h.join().unwrap();
+    }
+    store.close().unwrap();
 }

@@ -735,3 +735,67 @@ fn ends_racing_check_rounds_commit_each_transaction_once() {
     let s = check(&store, now());
     assert!(s.to_check.is_empty(), "{s:?}");
 }
+
+/// The bucket of `name` in the broker's `HashMap<>(128)` (`HashMap.hash` of
+/// `String.hashCode`; a message's few properties never make it grow).
+fn bucket(name: &str) -> u32 {
+    let h = name
+        .encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c))) as u32;
+    (h ^ (h >> 16)) & 127
+}
+
+/// `messageProperties2String` of a map the items were put into in order (distinct names).
+fn map_string(items: &[(String, String)]) -> String {
+    let mut v: Vec<&(String, String)> = items.iter().collect();
+    v.sort_by_key(|(k, _)| bucket(k)); // stable: a bucket keeps its put order
+    v.iter().map(|(k, v)| format!("{k}\u{1}{v}\u{2}")).collect()
+}
+
+#[test]
+fn copy_strings_are_the_maps_byte_for_byte_first_and_later_checks() {
+    let d = TempDir::new("txcheck", "copybytes");
+    let store = open(d.path());
+    let old = now() - 60_000;
+    // "Aa" and "BB" share a bucket (and a Java hash): their put order is kept; "xco" shares
+    // the count's bucket: the count, put last, goes after it.
+    assert_eq!(bucket("xco"), bucket("TRANSACTION_CHECK_TIMES"));
+    let (h, _) = prepare(
+        &store,
+        "k",
+        old,
+        &[
+            ("Aa", "1"),
+            ("BB", "2"),
+            ("zz", "3"),
+            ("TRACE_ON", "true"),
+            ("xco", "4"),
+        ],
+    );
+    let half = record(&store, h);
+    let items = |r: &Rec| -> Vec<(String, String)> {
+        r.props
+            .split('\u{2}')
+            .filter_map(|i| i.split_once('\u{1}'))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    };
+    // The half is stored in the map's order.
+    assert_eq!(half.props, map_string(&items(&half)));
+    let mut want = items(&half);
+    want.push(("TRANSACTION_CHECK_TIMES".to_owned(), "1".to_owned()));
+    let s = check(&store, now());
+    let c1 = record(&store, s.to_check[0]);
+    assert_eq!(c1.props, map_string(&want));
+    for n in 2..=11 {
+        let s = check(&store, now() + n);
+        assert_eq!(s.to_check.len(), 1, "{s:?}");
+        let c = record(&store, s.to_check[0]);
+        for (k, v) in want.iter_mut() {
+            if k == "TRANSACTION_CHECK_TIMES" {
+                *v = n.to_string();
+            }
+        }
+        assert_eq!(c.props, map_string(&want), "check {n}");
+    }
+}

@@ -11,13 +11,13 @@
 use crate::util::java_hash;
 
 /// `HashMap.hash`: the high half of the hash folded into the low half.
-fn spread(key: &str) -> u32 {
+pub(crate) fn spread(key: &str) -> u32 {
     let h = java_hash(key) as u32;
     h ^ (h >> 16)
 }
 
 /// Capacity of a `HashMap<>(128)` holding `n` keys.
-fn capacity_for(n: usize) -> u32 {
+pub(crate) fn capacity_for(n: usize) -> u32 {
     let mut cap: u32 = 128;
     while n > (cap as usize / 4) * 3 && cap < (1 << 30) {
         cap <<= 1;

@@ -12,6 +12,18 @@
 //! the end of the round), so records land in walk order, and a failed append ends the round
 //! at the first half whose copy was not placed (the next round starts there again).
 //!
+//! # Where the time goes
+//!
+//! With a million transactions pending in memory (`tx_check_bench`), a lookup in the table is
+//! a cache miss or two; paid one at a time between the work of two halves they were half of
+//! the round. Before the walk looks at a chunk of [`UNIT_CHUNK`] half units, their keys are
+//! made and their table entries looked up back to back ([`Round::warm_table`]), so the misses
+//! overlap. A copy's
+//! properties string is spliced from the half's when that one is already in the map's order
+//! (`HalfProps::render_into`). The first write to each new commitlog page (the kernel zeroing
+//! it) costs the copies what it costs any put; `warm_mapped_file_enable` with the allocation
+//! service moves it off the appending thread for both.
+//!
 //! # Exactly once
 //!
 //! Before a half is copied (or discarded), its transaction's lock is taken and its state
@@ -37,11 +49,11 @@ use crate::transaction::check::{
     calculate_op_offset, judge, CheckParams, CheckStep, LastOps, OpMap, Verdict, OP_CHUNK,
 };
 use crate::transaction::copy::{
-    copy_envelope, discard_message, map_items, parse_java_int, HalfProps, TRANSACTION_CHECK_TIMES,
-    TRAN_PREPARED_QUEUE_OFFSET,
+    copy_envelope, discard_message, id_of, map_items, parse_java_int, HalfProps,
+    TRANSACTION_CHECK_TIMES, TRAN_PREPARED_QUEUE_OFFSET,
 };
 use crate::transaction::pending::{PendingList, PendingTx};
-use crate::transaction::table::TxKey;
+use crate::transaction::table::{Hashed, TxKey};
 use crate::transaction::{TxCounters, TxEntry, TxPhase, HALF_TOPIC, OP_TOPIC, REMOVE_TAG};
 
 /// Copies appended in one hold of the append lock.
@@ -110,6 +122,8 @@ struct Round<'a> {
     restart: Option<i64>,
     /// The properties string of the copy being encoded (its allocation reused).
     props_buf: String,
+    /// The table keys of the next units, for [`Round::warm_table`] (its allocation reused).
+    warm_scratch: Vec<Hashed>,
     step: CheckStep,
 }
 
@@ -254,6 +268,7 @@ impl<'a> Round<'a> {
             asked: 0,
             restart: None,
             props_buf: String::new(),
+            warm_scratch: Vec::new(),
             step: CheckStep::default(),
         }
     }
@@ -309,6 +324,7 @@ impl<'a> Round<'a> {
                 }
                 _ => {
                     units = cq.units_from(i, UNIT_CHUNK).unwrap_or_default();
+                    self.warm_table(&units);
                     units.first().filter(|u| u.queue_offset == i).copied()
                 }
             };
@@ -391,6 +407,27 @@ impl<'a> Round<'a> {
         TxCounters::add(&tx.counters.already_committed, self.step.already_committed);
         self.step.done = done;
         Ok(self.step)
+    }
+
+    /// Brings the table entries of the transactions of `units` into the CPU caches
+    /// ([`crate::transaction::table::TxTable::warm`]) before the walk looks each one up under
+    /// its lock: with many transactions in memory, a lookup is otherwise a cache miss paid
+    /// alone. Halves an op already names are left out (the walk passes them without a lookup),
+    /// and halves past the copies the round may still make (it ends there).
+    fn warm_table(&mut self, units: &[CqUnit]) {
+        let o = self.o;
+        let ops = &self.ops;
+        let left = self.max_to_check.saturating_sub(self.asked);
+        let keys = units
+            .iter()
+            .filter(|u| !ops.names(u.queue_offset))
+            .take(left)
+            .filter_map(|u| {
+                o.commitlog
+                    .with_unit_record(u.phy_offset, u.size, |d| id_of(d.properties).map(TxKey::of))
+                    .flatten()
+            });
+        self.store.tx.table.warm(keys, &mut self.warm_scratch);
     }
 
     /// `fillOpRemoveMap` from the reader's next op offset: up to [`OP_CHUNK`] op messages.

@@ -23,7 +23,7 @@
 //! round waits once for all its copies instead, see `store/transaction_check.rs`).
 
 use crate::format::{for_each_property, DecodedRecord, Message};
-use crate::schedule::order::{java_map_order, java_map_order_distinct};
+use crate::schedule::order::{capacity_for, java_map_order, java_map_order_distinct, spread};
 
 /// `MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES`.
 pub(crate) const TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
@@ -36,12 +36,47 @@ pub(crate) const TRANSACTION_ID: &str = "__transactionId__";
 /// `MessageConst.PROPERTY_PRODUCER_GROUP`.
 pub(crate) const PGROUP: &str = "PGROUP";
 
+/// Items a half's properties keep inline (more spill into a `Vec`).
+const INLINE_ITEMS: usize = 24;
+
+/// The items of a properties string: inline up to [`INLINE_ITEMS`], so reading a half does
+/// not allocate.
+#[derive(Debug, Default)]
+pub(crate) struct Items<'a> {
+    inline: [(&'a str, &'a str); INLINE_ITEMS],
+    len: usize,
+    spill: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Items<'a> {
+    fn push(&mut self, item: (&'a str, &'a str)) {
+        if self.len < INLINE_ITEMS {
+            self.inline[self.len] = item;
+            self.len += 1;
+            return;
+        }
+        if self.spill.is_empty() {
+            self.spill.reserve(2 * INLINE_ITEMS);
+            self.spill.extend_from_slice(&self.inline);
+        }
+        self.spill.push(item);
+    }
+
+    pub(crate) fn as_slice(&self) -> &[(&'a str, &'a str)] {
+        if self.spill.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.spill
+        }
+    }
+}
+
 /// The properties of a half as the check reads them: the items RocketMQ's map holds (non-empty
 /// name and value, UTF-8), in stored order, and the ones the round decides on (a name stored
 /// twice answers with its last value, as the map keeps the last `put`).
 #[derive(Debug, Default)]
 pub(crate) struct HalfProps<'a> {
-    pub(crate) items: Vec<(&'a str, &'a str)>,
+    pub(crate) items: Items<'a>,
     pub(crate) check_times: Option<&'a str>,
     pub(crate) immunity: Option<&'a str>,
     pub(crate) prepared_queue_offset: Option<&'a str>,
@@ -53,26 +88,38 @@ pub(crate) struct HalfProps<'a> {
     pub(crate) tags: Option<&'a str>,
     /// A name is stored more than once (the map keeps its first place and last value).
     pub(crate) repeated: bool,
+    /// The stored string is exactly what `messageProperties2String` makes of its own map
+    /// (every item kept, names distinct, in the map's order): a copy's string is then the
+    /// stored one with one item changed or added, spliced without sorting
+    /// ([`HalfProps::render_into`]). `None` when it is not.
+    canonical: Option<&'a str>,
 }
 
 impl<'a> HalfProps<'a> {
     /// One pass over a stored properties string. Items that are not UTF-8 are left out (a
     /// Java string would hold them with replacement characters; no producer writes them).
     pub(crate) fn parse(raw: &'a [u8]) -> HalfProps<'a> {
-        let mut p = HalfProps {
-            items: Vec::with_capacity(16),
-            ..HalfProps::default()
-        };
+        let mut p = HalfProps::default();
+        // One validation of the whole string (the separators are ASCII, so each item of a
+        // valid string is valid), else item by item.
+        let whole = std::str::from_utf8(raw).ok();
+        let base = raw.as_ptr() as usize;
+        let mut kept_len = 0usize;
         for_each_property(raw, |k, v| {
             if k.is_empty() || v.is_empty() {
                 return;
             }
-            let (Ok(k), Ok(v)) = (std::str::from_utf8(k), std::str::from_utf8(v)) else {
+            let item = match whole {
+                Some(s) => {
+                    let (ks, vs) = (k.as_ptr() as usize - base, v.as_ptr() as usize - base);
+                    s.get(ks..ks + k.len()).zip(s.get(vs..vs + v.len()))
+                }
+                None => std::str::from_utf8(k).ok().zip(std::str::from_utf8(v).ok()),
+            };
+            let Some((k, v)) = item else {
                 return;
             };
-            if !p.repeated && p.items.iter().any(|(n, _)| *n == k) {
-                p.repeated = true;
-            }
+            kept_len += k.len() + v.len() + 2;
             p.items.push((k, v));
             match k {
                 TRANSACTION_CHECK_TIMES => p.check_times = Some(v),
@@ -87,6 +134,34 @@ impl<'a> HalfProps<'a> {
                 _ => {}
             }
         });
+        let items = p.items.as_slice();
+        // In the map's order, names of one bucket next to each other: a repeated name can
+        // only be in its own bucket's run.
+        let mask = capacity_for(items.len()) - 1;
+        let mut ordered = true;
+        let (mut last, mut run) = (0u32, 0usize);
+        for (i, (k, _)) in items.iter().enumerate() {
+            let b = spread(k) & mask;
+            if i > 0 && b < last {
+                ordered = false;
+                break;
+            }
+            if i == 0 || b != last {
+                run = i;
+            } else if items[run..i].iter().any(|(n, _)| n == k) {
+                p.repeated = true;
+            }
+            last = b;
+        }
+        if !ordered {
+            p.repeated = items
+                .iter()
+                .enumerate()
+                .any(|(i, (k, _))| items[..i].iter().any(|(n, _)| n == k));
+        }
+        if ordered && !p.repeated && kept_len == raw.len() {
+            p.canonical = whole;
+        }
         p
     }
 
@@ -99,8 +174,21 @@ impl<'a> HalfProps<'a> {
     /// The map after `puts` (in order), rendered as `messageProperties2String` renders it,
     /// into `out` (cleared first).
     pub(crate) fn render_into(&self, puts: &[(&str, &str)], out: &mut String) {
-        let mut all: Vec<(&str, &str)> = Vec::with_capacity(self.items.len() + puts.len());
-        all.extend_from_slice(&self.items);
+        out.clear();
+        if let (Some(raw), [(name, value)]) = (self.canonical, puts) {
+            if self.splice_into(raw, name, value, out) {
+                return;
+            }
+        }
+        self.render_sorted(puts, out);
+    }
+
+    /// [`HalfProps::render_into`] by sorting the map's items (any stored string).
+    fn render_sorted(&self, puts: &[(&str, &str)], out: &mut String) {
+        out.clear();
+        let items = self.items.as_slice();
+        let mut all: Vec<(&str, &str)> = Vec::with_capacity(items.len() + puts.len());
+        all.extend_from_slice(items);
         if self.repeated {
             all.extend_from_slice(puts);
             all = java_map_order(all, |p| p.0);
@@ -115,13 +203,48 @@ impl<'a> HalfProps<'a> {
             }
             java_map_order_distinct(&mut all, |p| p.0);
         }
-        out.clear();
         for (k, v) in all {
             out.push_str(k);
             out.push('\u{1}');
             out.push_str(v);
             out.push('\u{2}');
         }
+    }
+
+    /// One put into the map of a canonical string `raw`, as bytes: a stored name's value
+    /// replaced where it stands (a put keeps the key's place), or a new name added after the
+    /// last item of its bucket or an earlier one (a put goes last in its bucket). `false` when
+    /// the new name makes the map grow (every bucket moves): the caller sorts instead.
+    fn splice_into(&self, raw: &str, name: &str, value: &str, out: &mut String) -> bool {
+        let items = self.items.as_slice();
+        let mut at = 0usize;
+        if let Some((_, v)) = items.iter().find(|(k, _)| *k == name) {
+            let start = v.as_ptr() as usize - raw.as_ptr() as usize;
+            out.reserve(raw.len() + value.len());
+            out.push_str(&raw[..start]);
+            out.push_str(value);
+            out.push_str(&raw[start + v.len()..]);
+            return true;
+        }
+        let mask = capacity_for(items.len() + 1) - 1;
+        if mask != capacity_for(items.len()) - 1 {
+            return false;
+        }
+        let b = spread(name) & mask;
+        for (k, v) in items {
+            if spread(k) & mask > b {
+                break;
+            }
+            at += k.len() + v.len() + 2;
+        }
+        out.reserve(raw.len() + name.len() + value.len() + 2);
+        out.push_str(&raw[..at]);
+        out.push_str(name);
+        out.push('\u{1}');
+        out.push_str(value);
+        out.push('\u{2}');
+        out.push_str(&raw[at..]);
+        true
     }
 
     /// [`HalfProps::render_into`] into a new string.
@@ -131,6 +254,23 @@ impl<'a> HalfProps<'a> {
         self.render_into(puts, &mut s);
         s
     }
+}
+
+/// The transaction id of a stored properties string as [`HalfProps::id`] reads it, without
+/// the rest of the parse.
+pub(crate) fn id_of(raw: &[u8]) -> Option<&str> {
+    let (mut uniq, mut tid) = (None, None);
+    for_each_property(raw, |k, v| {
+        if v.is_empty() {
+            return;
+        }
+        if k == crate::format::property::UNIQ_KEY.as_bytes() {
+            uniq = Some(v);
+        } else if k == TRANSACTION_ID.as_bytes() {
+            tid = Some(v);
+        }
+    });
+    std::str::from_utf8(uniq.or(tid)?).ok()
 }
 
 /// `needDiscard`'s answer for a half whose `TRANSACTION_CHECK_TIMES` is `stored`.
@@ -218,8 +358,9 @@ pub(crate) fn discard_message(d: &DecodedRecord<'_>, props: Vec<(String, String)
 
 /// The half's map after `puts`, in the map's order, as owned pairs.
 pub(crate) fn map_items(p: &HalfProps<'_>, puts: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut all: Vec<(&str, &str)> = Vec::with_capacity(p.items.len() + puts.len());
-    all.extend_from_slice(&p.items);
+    let items = p.items.as_slice();
+    let mut all: Vec<(&str, &str)> = Vec::with_capacity(items.len() + puts.len());
+    all.extend_from_slice(items);
     all.extend_from_slice(puts);
     java_map_order(all, |p| p.0)
         .into_iter()
@@ -261,6 +402,151 @@ mod tests {
             immunity_time_ms("9223372036854775807", 1),
             i64::MAX.wrapping_mul(1000)
         );
+    }
+
+    /// A properties string from `names` (with values) as the map renders it.
+    fn rendered(items: &[(String, String)]) -> String {
+        let v: Vec<(&str, &str)> = items
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        java_map_order(v, |p| p.0)
+            .into_iter()
+            .map(|(k, v)| format!("{k}\u{1}{v}\u{2}"))
+            .collect()
+    }
+
+    #[test]
+    fn a_canonical_string_is_spliced_exactly_as_the_sorted_rendering() {
+        let mut seed: u64 = 0x1234_5678;
+        let mut next = move |m: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % m
+        };
+        let pool = [
+            "UNIQ_KEY",
+            "TAGS",
+            "KEYS",
+            "PGROUP",
+            "TRAN_MSG",
+            "REAL_TOPIC",
+            "REAL_QID",
+            "WAIT",
+            "__transactionId__",
+            TRANSACTION_CHECK_TIMES,
+            CHECK_IMMUNITY_TIME_IN_SECONDS,
+            "a",
+            "b",
+            "Aa",
+            "BB",
+            "x1",
+            "y2",
+            "MSG_REGION",
+            "TRACE_ON",
+            "CLUSTER",
+        ];
+        let (mut spliced_add, mut spliced_replace, mut sorted) = (0, 0, 0);
+        for round in 0..3000 {
+            // Up to 120 items: some maps cross the 96-item growth of a HashMap<>(128).
+            let n = if round % 10 == 0 {
+                90 + next(10) as usize
+            } else {
+                next(pool.len() as u64) as usize
+            };
+            let mut items: Vec<(String, String)> = Vec::new();
+            for i in 0..n {
+                let k = if i < pool.len() && next(3) > 0 {
+                    pool[i].to_owned()
+                } else {
+                    format!("k{}", next(1000))
+                };
+                if items.iter().all(|(n, _)| *n != k) {
+                    items.push((k, format!("v{}", next(100_000))));
+                }
+            }
+            let raw = rendered(&items);
+            let p = HalfProps::parse(raw.as_bytes());
+            assert!(p.canonical.is_some(), "{raw:?}");
+            let puts = [(TRANSACTION_CHECK_TIMES, "12")];
+            let (mut fast, mut slow) = (String::new(), String::new());
+            p.render_into(&puts, &mut fast);
+            p.render_sorted(&puts, &mut slow);
+            assert_eq!(fast, slow, "{raw:?}");
+            let mut again = items.clone();
+            match again.iter_mut().find(|(k, _)| k == TRANSACTION_CHECK_TIMES) {
+                Some(i) => {
+                    i.1 = "12".to_owned();
+                    spliced_replace += 1;
+                }
+                None => {
+                    again.push((TRANSACTION_CHECK_TIMES.to_owned(), "12".to_owned()));
+                    if capacity_for(items.len()) == capacity_for(items.len() + 1) {
+                        spliced_add += 1;
+                    } else {
+                        sorted += 1;
+                    }
+                }
+            }
+            assert_eq!(fast, rendered(&again), "{raw:?}");
+        }
+        assert!(
+            spliced_add > 100 && spliced_replace > 100,
+            "{spliced_add} {spliced_replace}"
+        );
+        assert!(sorted > 0);
+    }
+
+    #[test]
+    fn only_a_string_the_map_renders_back_unchanged_is_canonical() {
+        let ok = rendered(&[("UNIQ_KEY".into(), "A".into()), ("TAGS".into(), "t".into())]);
+        assert!(HalfProps::parse(ok.as_bytes()).canonical.is_some());
+        let canonical = |raw: &[u8]| HalfProps::parse(raw).canonical.is_some();
+        // Out of the map's order ("KEYS" goes before "TAGS"; see the sorted rendering).
+        let order = rendered(&[("KEYS".into(), "k".into()), ("TAGS".into(), "t".into())]);
+        let swapped: String = {
+            let mut it: Vec<&str> = order.split_inclusive('\u{2}').collect();
+            it.swap(0, 1);
+            it.concat()
+        };
+        assert!(canonical(order.as_bytes()));
+        assert!(!canonical(swapped.as_bytes()));
+        // A repeated name, an empty value, an item without a separator, trailing bytes, bytes
+        // that are not UTF-8: the map would render something else.
+        assert!(!canonical(b"TAGS\x01t\x02TAGS\x01u\x02"));
+        assert!(!canonical(b"TAGS\x01t\x02KEYS\x01\x02"));
+        assert!(!canonical(b"TAGS\x01t\x02junk\x02"));
+        assert!(!canonical(b"TAGS\x01t\x02tail"));
+        assert!(!canonical(b"TAGS\x01t\xff\x02"));
+        // The slow path still renders them as the map does.
+        let p = HalfProps::parse(b"KEYS\x01\x02TAGS\x01t\x02junk\x02");
+        assert_eq!(
+            p.render_with(&[(TRANSACTION_CHECK_TIMES, "1")]),
+            rendered(&[
+                ("TAGS".into(), "t".into()),
+                (TRANSACTION_CHECK_TIMES.into(), "1".into())
+            ])
+        );
+    }
+
+    #[test]
+    fn more_items_than_kept_inline_spill_in_order() {
+        let items: Vec<(String, String)> = (0..40)
+            .map(|i| (format!("name{i}"), format!("{i}")))
+            .collect();
+        let raw: String = items
+            .iter()
+            .map(|(k, v)| format!("{k}\u{1}{v}\u{2}"))
+            .collect();
+        let p = HalfProps::parse(raw.as_bytes());
+        let got: Vec<(String, String)> = p
+            .items
+            .as_slice()
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        assert_eq!(got, items);
     }
 
     #[test]
