@@ -10,7 +10,7 @@ use crate::error::{Result, StoreError};
 use crate::format::{for_each_property, property, sysflag, Message, PutMessageStatus};
 use crate::schedule::order::java_map_order;
 use crate::transaction::records::{
-    commit_properties, half_properties, StoredProps, OP_PROPERTIES, TIMER_PROPERTIES,
+    commit_properties, cut_real_queue, half_properties, PutScan, StoredProps, OP_PROPERTIES,
 };
 use crate::transaction::table::{TxGuard, TxKey};
 use crate::transaction::uniq::{new_uniq_id, UniqId};
@@ -27,91 +27,6 @@ pub(crate) struct HalfRecord {
     pub(crate) id: String,
     /// `REAL_TOPIC` / `REAL_QID`, when usable.
     pub(crate) real: Option<(String, i32)>,
-}
-
-/// What the put path needs of a stored properties string: `WAIT`'s value, and whether
-/// `DELAY` or a timer property is in it (items with an empty value do not count).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct PutScan<'a> {
-    wait: Option<&'a [u8]>,
-    delay: bool,
-    timer: bool,
-}
-
-impl<'a> PutScan<'a> {
-    /// Takes item `k` = `v` into account.
-    #[inline]
-    fn note(&mut self, k: &[u8], v: &'a [u8]) {
-        if v.is_empty() {
-            return;
-        }
-        if k == property::WAIT.as_bytes() {
-            self.wait = Some(v);
-        } else if k == property::DELAY.as_bytes() {
-            self.delay = true;
-        } else if TIMER_PROPERTIES.iter().any(|t| t.as_bytes() == k) {
-            self.timer = true;
-        }
-    }
-
-    /// One pass over `props`.
-    fn of(props: &'a [u8]) -> PutScan<'a> {
-        let mut scan = PutScan::default();
-        for_each_property(props, |k, v| scan.note(k, v));
-        scan
-    }
-}
-
-/// A properties string that is its map's rendering, without its `REAL_TOPIC` and `REAL_QID`
-/// items (the commit's string), with their values and the transaction id
-/// (`__transactionId__`, else `UNIQ_KEY`), and the put path's scan of the result (the same
-/// pass); `None` when they are missing or unusable.
-#[allow(clippy::type_complexity)]
-fn cut_real_queue(props: &[u8]) -> Option<(&str, i32, String, Option<&str>, PutScan<'_>)> {
-    let raw = std::str::from_utf8(props).ok()?;
-    let base = props.as_ptr() as usize;
-    let (mut topic, mut qid, mut tx_id, mut uniq) = (None, None, None, None);
-    let mut scan = PutScan::default();
-    // Byte ranges of the two items (name to its closing separator).
-    let mut cuts: [(usize, usize); 2] = [(0, 0); 2];
-    let mut n = 0;
-    for_each_property(props, |k, v| {
-        let item = |v: &[u8]| {
-            let start = k.as_ptr() as usize - base;
-            let end = (v.as_ptr() as usize - base + v.len() + 1).min(raw.len());
-            (start, end)
-        };
-        let value = || {
-            let from = v.as_ptr() as usize - base;
-            &raw[from..from + v.len()]
-        };
-        if k == crate::schedule::REAL_TOPIC.as_bytes() && n < 2 {
-            topic = Some(value());
-            cuts[n] = item(v);
-            n += 1;
-        } else if k == crate::schedule::REAL_QID.as_bytes() && n < 2 {
-            qid = Some(value());
-            cuts[n] = item(v);
-            n += 1;
-        } else if k == property::TRANSACTION_ID.as_bytes() && !v.is_empty() {
-            tx_id = Some(value());
-        } else if k == property::UNIQ_KEY.as_bytes() && !v.is_empty() {
-            uniq = Some(value());
-        } else {
-            // REAL_TOPIC, REAL_QID and the ids are none of the names the scan looks for.
-            scan.note(k, v);
-        }
-    });
-    let topic = topic.filter(|t| crate::format::topic_is_legal(t))?;
-    let qid = crate::schedule::levels::parse_java_int(qid?).filter(|q| *q >= 0)?;
-    let mut out = String::with_capacity(raw.len());
-    let mut at = 0;
-    for (s, e) in cuts.iter().take(n) {
-        out.push_str(&raw[at..*s]);
-        at = *e;
-    }
-    out.push_str(&raw[at..]);
-    Some((topic, qid, out, tx_id.or(uniq), scan))
 }
 
 /// `resetTransactionValue`.
@@ -836,36 +751,5 @@ impl MessageStore {
                 pending_in_memory: self.tx.table.pending(),
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::transaction::records::half_properties;
-
-    #[test]
-    fn the_cut_commit_string_equals_the_rendered_one() {
-        for user in [
-            vec![],
-            vec![
-                ("KEYS".to_owned(), "k1 k2".to_owned()),
-                ("TAGS".to_owned(), "TagA".to_owned()),
-                ("WAIT".to_owned(), "false".to_owned()),
-                ("a".to_owned(), "b".to_owned()),
-            ],
-        ] {
-            for (topic, qid) in [("T", 0), ("TopicWithLongerName", 2_000_000_000)] {
-                let half = half_properties(&user, Some("G"), "U", topic, qid).unwrap();
-                let sp = StoredProps::parse(half.as_bytes());
-                let (t, q, cut, id, scan) = cut_real_queue(half.as_bytes()).unwrap();
-                assert_eq!((t, q, id), (topic, qid, Some("U")));
-                assert_eq!(scan, PutScan::of(cut.as_bytes()));
-                assert_eq!(cut, commit_properties(&sp));
-            }
-        }
-        assert!(cut_real_queue(b"REAL_TOPIC\x01T\x02").is_none());
-        assert!(cut_real_queue(b"REAL_TOPIC\x01T\x02REAL_QID\x01-1\x02").is_none());
-        assert!(cut_real_queue(b"REAL_TOPIC\x01a b\x02REAL_QID\x011\x02").is_none());
     }
 }
