@@ -300,8 +300,24 @@ pub(crate) fn commit_properties(half: &StoredProps<'_>) -> String {
 
 /// The op message's body for the queued entries `"q1,q2,...,"` (already the text).
 pub(crate) fn op_body_entry(half_queue_offset: i64, out: &mut String) {
-    use std::fmt::Write;
-    let _ = write!(out, "{half_queue_offset},");
+    // `Long.toString` then the comma, without the formatting machinery (one per end).
+    let mut buf = [0u8; 20];
+    let mut n = half_queue_offset.unsigned_abs();
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if half_queue_offset < 0 {
+        out.push('-');
+    }
+    // Only ASCII digits were written.
+    out.push_str(std::str::from_utf8(&buf[at..]).unwrap_or("0"));
+    out.push(',');
 }
 
 /// What the put path needs of a stored properties string: `WAIT`'s value, and whether
@@ -537,6 +553,11 @@ mod tests {
         op_body_entry(0, &mut s);
         op_body_entry(12, &mut s);
         assert_eq!(s, "0,12,");
+        for v in [7, 1_000_000_007, i64::MAX, -3, i64::MIN] {
+            let mut s = String::new();
+            op_body_entry(v, &mut s);
+            assert_eq!(s, format!("{v},"));
+        }
     }
 
     #[test]

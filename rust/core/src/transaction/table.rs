@@ -243,6 +243,8 @@ impl Stripe {
         }
         if before.is_none() && self.current.len() >= GENERATION.max(self.pending * 2) {
             self.rotate();
+        } else if self.current.capacity() == 0 {
+            self.current.reserve(GENERATION);
         }
         self.current.insert(key.clone(), entry);
     }
@@ -254,6 +256,9 @@ impl Stripe {
         }
         if self.current.len() >= GENERATION.max(self.pending * 2) {
             self.rotate();
+        } else if self.current.capacity() == 0 {
+            // A stripe's first entry: room for a generation at once (not grown by rehashing).
+            self.current.reserve(GENERATION);
         }
         self.current.insert(key, entry);
     }
