@@ -3,6 +3,7 @@
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypedDict, final
 
+from ._transaction import EndTransactionResult
 from .enums import GetMessageStatus, PutMessageStatus
 
 __all__ = [
@@ -479,6 +480,7 @@ class Store:
         self, msg: Message, producer_group: str | None = None
     ) -> PutMessageResult: ...
     def end_transaction(self, target: int | str, commit: bool) -> _EndOutcome: ...
+    def end_transaction_result(self, target: int | str, commit: bool) -> EndTransactionResult: ...
     def transaction_flush_ops(
         self, now_ms: int, max_size: int, interval_ms: int, force: bool
     ) -> int: ...

@@ -20,7 +20,6 @@ from ._transaction import (
     TransactionCheckService,
     TransactionProgress,
 )
-from .enums import TransactionState
 from .errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
@@ -40,8 +39,6 @@ __all__ = ["TransactionsMixin"]
 log = logging.getLogger("rmqstore.store")
 
 _MAX_LONG = 2**63 - 1
-_COMMIT = TransactionState.COMMIT
-_ROLLBACK = TransactionState.ROLLBACK
 
 
 def _transaction_target(target: object) -> int | str:
@@ -130,6 +127,9 @@ class TransactionsMixin:
         """
         if self._tx_ops is None:
             raise self._transactions_unavailable("prepare_message")
+        if producer_group is None and type(msg) is Message:
+            # The common call, checked at once.
+            return self._core.prepare_message(msg, None)
         if type(msg) is not Message:
             raise ArgumentTypeError(f"msg must be a rmqstore.Message, not {type(msg).__name__}")
         if producer_group is not None:
@@ -169,21 +169,17 @@ class TransactionsMixin:
         ops = self._tx_ops
         if ops is None:
             raise self._transactions_unavailable("end_transaction")
-        target = _transaction_target(half_offset_or_transaction_id)
+        target = half_offset_or_transaction_id
+        if type(target) is not int or not 0 <= target <= _MAX_LONG:
+            target = _transaction_target(target)
         if type(commit) is not bool:
             raise ArgumentTypeError(f"commit must be a bool, not {type(commit).__name__}")
-        out = self._core.end_transaction(target, commit)
-        ended: bool = out["ended"]
-        if ended and ops.interval_ms == 0:
+        # The binding builds the EndTransactionResult itself (no dict, no Python-level
+        # constructor in between).
+        out: EndTransactionResult = self._core.end_transaction_result(target, commit)
+        if ops.interval_ms == 0 and out.ended:
             ops.note_op()
-        return EndTransactionResult(
-            out["transaction_id"],
-            out["half_offset"],
-            out["half_queue_offset"],
-            _COMMIT if commit else _ROLLBACK,
-            ended,
-            out["result"],
-        )
+        return out
 
     def set_transaction_checker(
         self, fn: Checker | None, *, on_discard: DiscardCallback | None = None

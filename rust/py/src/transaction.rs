@@ -1,9 +1,11 @@
 //! Transactional messages' methods of `Store` (GIL released around each core call) and their
 //! helpers: the end target from Python, the end's dict and the figures' dict.
 
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString};
 use rmqstore_core::format::HostAddr;
 use rmqstore_core::{EndOutcome, TxStats, TxTarget};
@@ -66,6 +68,96 @@ pub(crate) fn outcome<'py>(
     Ok(d)
 }
 
+/// What `end_transaction_result` builds its answer with, looked up once: `object.__new__`,
+/// `rmqstore._transaction.EndTransactionResult` and `TransactionState.COMMIT` / `ROLLBACK`.
+struct EndResultType {
+    new: Py<PyAny>,
+    cls: Py<PyAny>,
+    commit: Py<PyAny>,
+    rollback: Py<PyAny>,
+}
+
+static END_RESULT_TYPE: PyOnceLock<EndResultType> = PyOnceLock::new();
+
+/// Sets attribute `name` of `obj` as `object.__setattr__` does (a frozen dataclass's own
+/// `__setattr__` refuses every assignment; its `__init__` assigns through `object`'s too).
+fn set_field(
+    obj: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyString>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    // SAFETY: the three pointers are live objects held by the caller for the whole call;
+    // PyObject_GenericSetAttr takes its own references to what it keeps.
+    let rc = unsafe { ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(PyErr::fetch(obj.py()))
+    }
+}
+
+/// `end_transaction`'s answer as the package's `EndTransactionResult` (a frozen dataclass),
+/// built here at once: the fields set as its `__init__` sets them, without the dict and the
+/// Python-level constructor in between.
+pub(crate) fn end_result<'py>(
+    py: Python<'py>,
+    out: EndOutcome,
+    store_host: HostAddr,
+) -> PyResult<Bound<'py, PyAny>> {
+    let t = END_RESULT_TYPE.get_or_try_init(py, || -> PyResult<EndResultType> {
+        let state = py.import("rmqstore.enums")?.getattr("TransactionState")?;
+        Ok(EndResultType {
+            new: py
+                .get_type::<pyo3::types::PyAny>()
+                .getattr(intern!(py, "__new__"))?
+                .unbind(),
+            cls: py
+                .import("rmqstore._transaction")?
+                .getattr("EndTransactionResult")?
+                .unbind(),
+            commit: state.getattr("COMMIT")?.unbind(),
+            rollback: state.getattr("ROLLBACK")?.unbind(),
+        })
+    })?;
+    let obj = t.new.bind(py).call1((t.cls.bind(py),))?;
+    let result = match out.real {
+        Some(inner) => Bound::new(
+            py,
+            PutMessageResult {
+                inner,
+                store_host,
+                transaction_id: None,
+            },
+        )?
+        .into_any(),
+        None => py.None().into_bound(py),
+    };
+    let state = if out.commit { &t.commit } else { &t.rollback };
+    set_field(
+        &obj,
+        intern!(py, "transaction_id"),
+        &PyString::new(py, &out.transaction_id),
+    )?;
+    set_field(
+        &obj,
+        intern!(py, "half_offset"),
+        &out.half_offset.into_pyobject(py)?.into_any(),
+    )?;
+    set_field(
+        &obj,
+        intern!(py, "half_queue_offset"),
+        &out.half_queue_offset.into_pyobject(py)?.into_any(),
+    )?;
+    set_field(&obj, intern!(py, "state"), state.bind(py))?;
+    set_field(
+        &obj,
+        intern!(py, "ended"),
+        PyBool::new(py, out.ended).as_any(),
+    )?;
+    set_field(&obj, intern!(py, "put_result"), &result)?;
+    Ok(obj)
+}
+
 /// `transaction_stats()` as a dict of ints.
 pub(crate) fn stats(py: Python<'_>, s: TxStats) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
@@ -119,6 +211,19 @@ impl Store {
         let target = self::target(target)?;
         let out = self.run(py, |s| s.end_transaction(target, commit))?;
         outcome(py, out, self.inner.config().store_host)
+    }
+
+    /// `end_transaction` answered as `rmqstore.EndTransactionResult` (what
+    /// `MessageStore.end_transaction` returns) instead of the dict.
+    fn end_transaction_result<'py>(
+        &self,
+        py: Python<'py>,
+        target: &Bound<'py, PyAny>,
+        commit: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let target = self::target(target)?;
+        let out = self.run(py, |s| s.end_transaction(target, commit))?;
+        end_result(py, out, self.inner.config().store_host)
     }
 
     /// One round of the op batch service: writes the op messages due; returns when the next

@@ -123,7 +123,10 @@ pub(crate) fn find_property<'a>(props: &'a str, name: &str) -> Option<&'a str> {
 }
 
 fn property_text_is_legal(s: &str) -> bool {
-    !s.contains([NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR])
+    // The separators are ASCII (no byte of a multi-byte character equals one): a byte scan,
+    // without decoding characters.
+    !s.bytes()
+        .any(|b| b == NAME_VALUE_SEPARATOR as u8 || b == PROPERTY_SEPARATOR as u8)
 }
 
 /// Validates properties given as pairs and renders the stored string.

@@ -10,7 +10,7 @@ use crate::error::{Result, StoreError};
 use crate::format::{for_each_property, property, sysflag, Message, PutMessageStatus};
 use crate::schedule::order::java_map_order;
 use crate::transaction::records::{
-    commit_properties, half_properties, StoredProps, OP_PROPERTIES, TIMER_PROPERTIES,
+    commit_properties, cut_real_queue, half_properties, PutScan, StoredProps, OP_PROPERTIES,
 };
 use crate::transaction::table::{TxGuard, TxKey};
 use crate::transaction::uniq::{new_uniq_id, UniqId};
@@ -27,52 +27,6 @@ pub(crate) struct HalfRecord {
     pub(crate) id: String,
     /// `REAL_TOPIC` / `REAL_QID`, when usable.
     pub(crate) real: Option<(String, i32)>,
-}
-
-/// A properties string that is its map's rendering, without its `REAL_TOPIC` and `REAL_QID`
-/// items (the commit's string), with their values and the transaction id
-/// (`__transactionId__`, else `UNIQ_KEY`); `None` when they are missing or unusable.
-fn cut_real_queue(props: &[u8]) -> Option<(&str, i32, String, Option<&str>)> {
-    let raw = std::str::from_utf8(props).ok()?;
-    let base = props.as_ptr() as usize;
-    let (mut topic, mut qid, mut tx_id, mut uniq) = (None, None, None, None);
-    // Byte ranges of the two items (name to its closing separator).
-    let mut cuts: [(usize, usize); 2] = [(0, 0); 2];
-    let mut n = 0;
-    for_each_property(props, |k, v| {
-        let item = |v: &[u8]| {
-            let start = k.as_ptr() as usize - base;
-            let end = (v.as_ptr() as usize - base + v.len() + 1).min(raw.len());
-            (start, end)
-        };
-        let value = || {
-            let from = v.as_ptr() as usize - base;
-            &raw[from..from + v.len()]
-        };
-        if k == crate::schedule::REAL_TOPIC.as_bytes() && n < 2 {
-            topic = Some(value());
-            cuts[n] = item(v);
-            n += 1;
-        } else if k == crate::schedule::REAL_QID.as_bytes() && n < 2 {
-            qid = Some(value());
-            cuts[n] = item(v);
-            n += 1;
-        } else if k == property::TRANSACTION_ID.as_bytes() && !v.is_empty() {
-            tx_id = Some(value());
-        } else if k == property::UNIQ_KEY.as_bytes() && !v.is_empty() {
-            uniq = Some(value());
-        }
-    });
-    let topic = topic.filter(|t| crate::format::topic_is_legal(t))?;
-    let qid = crate::schedule::levels::parse_java_int(qid?).filter(|q| *q >= 0)?;
-    let mut out = String::with_capacity(raw.len());
-    let mut at = 0;
-    for (s, e) in cuts.iter().take(n) {
-        out.push_str(&raw[at..*s]);
-        at = *e;
-    }
-    out.push_str(&raw[at..]);
-    Some((topic, qid, out, tx_id.or(uniq)))
 }
 
 /// `resetTransactionValue`.
@@ -124,6 +78,49 @@ impl MessageStore {
                     id: sp.transaction_id()?.to_owned(),
                     real: sp.real_queue().map(|(t, q)| (t.to_owned(), q)),
                 })
+            })
+        };
+        let mut got = read(o).map_err(|_| not_found())?;
+        if got.is_none() && offset >= 0 && offset < o.commitlog.max_offset() {
+            // Written to a write buffer of the transient store pool, not committed yet.
+            o.commitlog.commit_pages(0)?;
+            got = read(o).map_err(|_| not_found())?;
+        }
+        got.flatten().ok_or_else(not_found)
+    }
+
+    /// The transaction id of the half message at `offset` (`__transactionId__`, else
+    /// `UNIQ_KEY`, as `StoredProps::transaction_id` reads it) in one pass over its properties,
+    /// nothing else parsed: `TransactionNotFound` when there is no half there.
+    pub(crate) fn tx_half_id_at(o: &Open, offset: i64) -> Result<String> {
+        let not_found = || {
+            StoreError::TransactionNotFound(format!(
+                "no transaction half message at commitlog offset {offset}"
+            ))
+        };
+        let read = |o: &Open| {
+            o.commitlog.with_record(offset, |_, d, _| {
+                if d.topic != HALF_TOPIC.as_bytes() {
+                    return None;
+                }
+                // The last usable value of each (a map keeps the last one).
+                let (mut tx_id, mut uniq) = (None, None);
+                for_each_property(d.properties, |k, v| {
+                    if v.is_empty() {
+                        return;
+                    }
+                    let slot = if k == property::TRANSACTION_ID.as_bytes() {
+                        &mut tx_id
+                    } else if k == property::UNIQ_KEY.as_bytes() {
+                        &mut uniq
+                    } else {
+                        return;
+                    };
+                    if let Ok(v) = std::str::from_utf8(v) {
+                        *slot = Some(v);
+                    }
+                });
+                tx_id.or(uniq).map(str::to_owned)
             })
         };
         let mut got = read(o).map_err(|_| not_found())?;
@@ -320,22 +317,12 @@ impl MessageStore {
         env: Message,
         body: &[u8],
         props: &str,
+        scan: PutScan<'_>,
         view: impl FnOnce() -> Vec<(String, String)>,
     ) -> (AppendResult, bool) {
-        // One pass over the string: WAIT's value, and whether DELAY or a timer property is in it.
-        let (mut wait, mut delay, mut timer) = (None, false, false);
-        for_each_property(props.as_bytes(), |k, v| {
-            if v.is_empty() {
-                return;
-            }
-            if k == property::WAIT.as_bytes() {
-                wait = Some(v);
-            } else if k == property::DELAY.as_bytes() {
-                delay = true;
-            } else if TIMER_PROPERTIES.iter().any(|t| t.as_bytes() == k) {
-                timer = true;
-            }
-        });
+        // `scan` is `PutScan::of(props)` (the callers have it from a pass of their own).
+        debug_assert_eq!(scan, PutScan::of(props.as_bytes()));
+        let PutScan { wait, delay, timer } = scan;
         // The separators are ASCII: a value between them is whole UTF-8 of `props`.
         let wait = wait.and_then(|w| std::str::from_utf8(w).ok());
         let later = o.commitlog.put_waits(wait);
@@ -444,7 +431,19 @@ impl MessageStore {
                 reconsume_times: msg.reconsume_times,
                 ..Message::default()
             };
-            let (r, wait) = self.put_through_hooks(o, env, &msg.body, &props, || {
+            // The half's string has no DELAY and no timer property (dropped, refused above),
+            // and the message's WAIT (non-empty: an empty value was refused by the rendering).
+            let scan = PutScan {
+                wait: msg
+                    .properties
+                    .iter()
+                    .rev()
+                    .find(|(k, _)| k == property::WAIT)
+                    .map(|p| p.1.as_bytes()),
+                delay: false,
+                timer: false,
+            };
+            let (r, wait) = self.put_through_hooks(o, env, &msg.body, &props, scan, || {
                 StoredProps::parse(props.as_bytes())
                     .items
                     .iter()
@@ -485,12 +484,10 @@ impl MessageStore {
     }
 
     fn end_in(&self, o: &Open, target: TxTarget, commit: bool) -> Result<EndOutcome> {
-        // The id and the half named.
-        let (id, named) = match target {
-            TxTarget::Offset(off) => {
-                let h = Self::tx_half_at(o, off)?;
-                (h.id.clone(), Some(h))
-            }
+        // The id and the offset of the half named (its whole record is read only when the
+        // table does not know the transaction).
+        let (id, named_at) = match target {
+            TxTarget::Offset(off) => (Self::tx_half_id_at(o, off)?, Some(off)),
             TxTarget::Id(id) => (id, None),
         };
         let mut g = self.tx.table.lock_id(&id);
@@ -513,6 +510,7 @@ impl MessageStore {
             None => {
                 // Not known here: read its state from the records.
                 let mut halves = self.tx_halves_of(o, &id)?;
+                let named = named_at.map(|off| Self::tx_half_at(o, off)).transpose()?;
                 if let Some(h) = &named {
                     if !halves.iter().any(|x| x.offset == h.offset) {
                         halves.push(h.clone());
@@ -550,7 +548,7 @@ impl MessageStore {
                 entry
             }
         };
-        let half_offset = named.as_ref().map_or(latest.half_offset, |h| h.offset);
+        let half_offset = named_at.unwrap_or(latest.half_offset);
         // The table's latest half was written by this process (prepare, or the check's copy):
         // its properties string is the map's own rendering.
         let own = known && half_offset == latest.half_offset;
@@ -630,20 +628,21 @@ impl MessageStore {
                          REAL_TOPIC / REAL_QID: it cannot be committed"
                     ))
                 };
-                let (topic, qid, props) = if own {
+                let (topic, qid, props, scan) = if own {
                     let cut = cut_real_queue(d.properties).ok_or_else(bad)?;
                     if cut.3 != Some(id) {
                         return Err(not_found());
                     }
-                    (cut.0, cut.1, cut.2)
+                    (cut.0, cut.1, cut.2, Some(cut.4))
                 } else {
                     let sp = StoredProps::parse(d.properties);
                     if sp.transaction_id() != Some(id) {
                         return Err(not_found());
                     }
                     let (topic, qid) = sp.real_queue().ok_or_else(bad)?;
-                    (topic, qid, commit_properties(&sp))
+                    (topic, qid, commit_properties(&sp), None)
                 };
+                let scan = scan.unwrap_or_else(|| PutScan::of(props.as_bytes()));
                 let env = Message {
                     topic: topic.to_owned(),
                     queue_id: qid,
@@ -655,7 +654,7 @@ impl MessageStore {
                     prepared_transaction_offset: half_offset,
                     ..Message::default()
                 };
-                Ok(self.put_through_hooks(o, env, d.body, &props, || {
+                Ok(self.put_through_hooks(o, env, d.body, &props, scan, || {
                     // The map the hooks see has TRAN_MSG cleared.
                     StoredProps::parse(props.as_bytes())
                         .items
@@ -752,35 +751,5 @@ impl MessageStore {
                 pending_in_memory: self.tx.table.pending(),
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::transaction::records::half_properties;
-
-    #[test]
-    fn the_cut_commit_string_equals_the_rendered_one() {
-        for user in [
-            vec![],
-            vec![
-                ("KEYS".to_owned(), "k1 k2".to_owned()),
-                ("TAGS".to_owned(), "TagA".to_owned()),
-                ("WAIT".to_owned(), "false".to_owned()),
-                ("a".to_owned(), "b".to_owned()),
-            ],
-        ] {
-            for (topic, qid) in [("T", 0), ("TopicWithLongerName", 2_000_000_000)] {
-                let half = half_properties(&user, Some("G"), "U", topic, qid).unwrap();
-                let sp = StoredProps::parse(half.as_bytes());
-                let (t, q, cut, id) = cut_real_queue(half.as_bytes()).unwrap();
-                assert_eq!((t, q, id), (topic, qid, Some("U")));
-                assert_eq!(cut, commit_properties(&sp));
-            }
-        }
-        assert!(cut_real_queue(b"REAL_TOPIC\x01T\x02").is_none());
-        assert!(cut_real_queue(b"REAL_TOPIC\x01T\x02REAL_QID\x01-1\x02").is_none());
-        assert!(cut_real_queue(b"REAL_TOPIC\x01a b\x02REAL_QID\x011\x02").is_none());
     }
 }

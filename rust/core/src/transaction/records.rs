@@ -300,8 +300,111 @@ pub(crate) fn commit_properties(half: &StoredProps<'_>) -> String {
 
 /// The op message's body for the queued entries `"q1,q2,...,"` (already the text).
 pub(crate) fn op_body_entry(half_queue_offset: i64, out: &mut String) {
-    use std::fmt::Write;
-    let _ = write!(out, "{half_queue_offset},");
+    // `Long.toString` then the comma, without the formatting machinery (one per end).
+    let mut buf = [0u8; 20];
+    let mut n = half_queue_offset.unsigned_abs();
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if half_queue_offset < 0 {
+        out.push('-');
+    }
+    // Only ASCII digits were written.
+    out.push_str(std::str::from_utf8(&buf[at..]).unwrap_or("0"));
+    out.push(',');
+}
+
+/// What the put path needs of a stored properties string: `WAIT`'s value, and whether
+/// `DELAY` or a timer property is in it (items with an empty value do not count).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PutScan<'a> {
+    pub(crate) wait: Option<&'a [u8]>,
+    pub(crate) delay: bool,
+    pub(crate) timer: bool,
+}
+
+impl<'a> PutScan<'a> {
+    /// Takes item `k` = `v` into account.
+    #[inline]
+    pub(crate) fn note(&mut self, k: &[u8], v: &'a [u8]) {
+        if v.is_empty() {
+            return;
+        }
+        if k == property::WAIT.as_bytes() {
+            self.wait = Some(v);
+        } else if k == property::DELAY.as_bytes() {
+            self.delay = true;
+        } else if TIMER_PROPERTIES.iter().any(|t| t.as_bytes() == k) {
+            self.timer = true;
+        }
+    }
+
+    /// One pass over `props`.
+    pub(crate) fn of(props: &'a [u8]) -> PutScan<'a> {
+        let mut scan = PutScan::default();
+        for_each_property(props, |k, v| scan.note(k, v));
+        scan
+    }
+}
+
+/// A properties string that is its map's rendering, without its `REAL_TOPIC` and `REAL_QID`
+/// items (the commit's string), with their values and the transaction id
+/// (`__transactionId__`, else `UNIQ_KEY`), and the put path's scan of the result (the same
+/// pass); `None` when they are missing or unusable.
+#[allow(clippy::type_complexity)]
+pub(crate) fn cut_real_queue(
+    props: &[u8],
+) -> Option<(&str, i32, String, Option<&str>, PutScan<'_>)> {
+    let raw = std::str::from_utf8(props).ok()?;
+    let base = props.as_ptr() as usize;
+    let (mut topic, mut qid, mut tx_id, mut uniq) = (None, None, None, None);
+    let mut scan = PutScan::default();
+    // Byte ranges of the two items (name to its closing separator).
+    let mut cuts: [(usize, usize); 2] = [(0, 0); 2];
+    let mut n = 0;
+    for_each_property(props, |k, v| {
+        let item = |v: &[u8]| {
+            let start = k.as_ptr() as usize - base;
+            let end = (v.as_ptr() as usize - base + v.len() + 1).min(raw.len());
+            (start, end)
+        };
+        let value = || {
+            let from = v.as_ptr() as usize - base;
+            &raw[from..from + v.len()]
+        };
+        if k == REAL_TOPIC.as_bytes() && n < 2 {
+            topic = Some(value());
+            cuts[n] = item(v);
+            n += 1;
+        } else if k == REAL_QID.as_bytes() && n < 2 {
+            qid = Some(value());
+            cuts[n] = item(v);
+            n += 1;
+        } else if k == property::TRANSACTION_ID.as_bytes() && !v.is_empty() {
+            tx_id = Some(value());
+        } else if k == property::UNIQ_KEY.as_bytes() && !v.is_empty() {
+            uniq = Some(value());
+        } else {
+            // REAL_TOPIC, REAL_QID and the ids are none of the names the scan looks for.
+            scan.note(k, v);
+        }
+    });
+    let topic = topic.filter(|t| crate::format::topic_is_legal(t))?;
+    let qid = crate::schedule::levels::parse_java_int(qid?).filter(|q| *q >= 0)?;
+    let mut out = String::with_capacity(raw.len());
+    let mut at = 0;
+    for (s, e) in cuts.iter().take(n) {
+        out.push_str(&raw[at..*s]);
+        at = *e;
+    }
+    out.push_str(&raw[at..]);
+    Some((topic, qid, out, tx_id.or(uniq), scan))
 }
 
 #[cfg(test)]
@@ -450,6 +553,11 @@ mod tests {
         op_body_entry(0, &mut s);
         op_body_entry(12, &mut s);
         assert_eq!(s, "0,12,");
+        for v in [7, 1_000_000_007, i64::MAX, -3, i64::MIN] {
+            let mut s = String::new();
+            op_body_entry(v, &mut s);
+            assert_eq!(s, format!("{v},"));
+        }
     }
 
     #[test]
@@ -458,5 +566,30 @@ mod tests {
         for v in [0, 7, -1, 123_456, i32::MAX, i32::MIN] {
             assert_eq!(itoa(v, &mut b), v.to_string());
         }
+    }
+
+    #[test]
+    fn the_cut_commit_string_equals_the_rendered_one() {
+        for user in [
+            vec![],
+            vec![
+                ("KEYS".to_owned(), "k1 k2".to_owned()),
+                ("TAGS".to_owned(), "TagA".to_owned()),
+                ("WAIT".to_owned(), "false".to_owned()),
+                ("a".to_owned(), "b".to_owned()),
+            ],
+        ] {
+            for (topic, qid) in [("T", 0), ("TopicWithLongerName", 2_000_000_000)] {
+                let half = half_properties(&user, Some("G"), "U", topic, qid).unwrap();
+                let sp = StoredProps::parse(half.as_bytes());
+                let (t, q, cut, id, scan) = cut_real_queue(half.as_bytes()).unwrap();
+                assert_eq!((t, q, id), (topic, qid, Some("U")));
+                assert_eq!(scan, PutScan::of(cut.as_bytes()));
+                assert_eq!(cut, commit_properties(&sp));
+            }
+        }
+        assert!(cut_real_queue(b"REAL_TOPIC\x01T\x02").is_none());
+        assert!(cut_real_queue(b"REAL_TOPIC\x01T\x02REAL_QID\x01-1\x02").is_none());
+        assert!(cut_real_queue(b"REAL_TOPIC\x01a b\x02REAL_QID\x011\x02").is_none());
     }
 }

@@ -243,6 +243,8 @@ impl Stripe {
         }
         if before.is_none() && self.current.len() >= GENERATION.max(self.pending * 2) {
             self.rotate();
+        } else if self.current.capacity() == 0 {
+            self.current.reserve(GENERATION);
         }
         self.current.insert(key.clone(), entry);
     }
@@ -254,6 +256,9 @@ impl Stripe {
         }
         if self.current.len() >= GENERATION.max(self.pending * 2) {
             self.rotate();
+        } else if self.current.capacity() == 0 {
+            // A stripe's first entry: room for a generation at once (not grown by rehashing).
+            self.current.reserve(GENERATION);
         }
         self.current.insert(key, entry);
     }
@@ -269,13 +274,15 @@ impl Stripe {
     /// Forgets the older generation's ended entries (its pending ones move to the current
     /// map), then makes the current map the older one.
     fn rotate(&mut self) {
-        let dropped = std::mem::take(&mut self.older);
-        for (k, e) in dropped {
+        // The older map's pending entries move to the current one, which becomes the older
+        // one; the emptied map keeps its storage as the next current one (no allocation,
+        // no fresh pages, no growth by rehashing).
+        for (k, e) in self.older.drain() {
             if e.phase == TxPhase::Pending {
                 self.current.insert(k, e);
             }
         }
-        self.older = std::mem::take(&mut self.current);
+        std::mem::swap(&mut self.older, &mut self.current);
         self.current.reserve(GENERATION);
     }
 }
