@@ -314,13 +314,19 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
     def tx_rate(v: float) -> str:
         return fmt_rate(v, "msg/s").replace("msg/s", "tx/s")
 
-    tpc = results.get("tx_prepare_commit")
-    if tpc:
+    for metric, config in (
+        ("tx_prepare_commit", "default settings"),
+        ("tx_prepare_commit_warm", "warm_mapped_file_enable"),
+    ):
+        tpc = results.get(metric)
+        if not tpc:
+            continue
         tx = float(tpc["tx_rate"])
         rows.append(
             Row(
                 f"transactions: prepare + commit of {int(tpc['transactions']):,} messages of "
-                f"128 B, one Python thread, ASYNC_FLUSH ({float(tpc['ratio']):.2f}x put_message "
+                f"128 B, one Python thread, ASYNC_FLUSH, {config} "
+                f"({float(tpc['ratio']):.2f}x put_message "
                 f"of the same messages, {fmt_rate(float(tpc['put_rate']), 'msg/s')}; through "
                 f"the binding alone {tx_rate(float(tpc['core_rate']))}, "
                 f"{float(tpc['core_ratio']):.2f}x)",
@@ -346,14 +352,20 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                 check(per_force, 16),
             )
         )
-    tcs = results.get("tx_check_scan")
-    if tcs:
+    for metric, config in (
+        ("tx_check_scan", "default settings"),
+        ("tx_check_scan_warm", "warm_mapped_file_enable"),
+    ):
+        tcs = results.get(metric)
+        if not tcs:
+            continue
         scan = float(tcs["scan_rate"])
         rows.append(
             Row(
                 f"transactions: check-back scan of {int(tcs['halves']):,} pending halves, no op "
-                f"message, each copied for its check, checker aside ({float(tcs['ratio']):.2f}x "
-                f"put_message of the same messages, {fmt_rate(float(tcs['put_rate']), 'msg/s')})",
+                f"message, each copied for its check, checker aside, {config} "
+                f"({float(tcs['ratio']):.2f}x put_message of the same messages, "
+                f"{fmt_rate(float(tcs['put_rate']), 'msg/s')})",
                 fmt_rate(scan, "msg/s").replace("msg/s", "halves/s"),
                 ">= 1 M halves/s",
                 check(scan, 1_000_000),
