@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use super::{hooks, MessageStore, Open, OPEN_DISPATCH_CHUNK};
 use crate::commitlog::AppendResult;
 use crate::error::{Result, StoreError};
-use crate::format::{for_each_property, property, sysflag, Message, PutMessageStatus};
+use crate::format::{
+    for_each_property, property, sysflag, DecodedRecord, Message, PutMessageStatus,
+};
 use crate::schedule::order::java_map_order;
 use crate::transaction::records::{
     commit_properties, cut_real_queue, half_properties, PutScan, StoredProps, OP_PROPERTIES,
@@ -59,6 +61,31 @@ impl MessageStore {
         Ok(())
     }
 
+    /// Runs `f` on the record at `offset` (`None` from `f`: not the record wanted); a record
+    /// still in a write buffer of the transient store pool, not committed to its file yet, is
+    /// committed and read again. `None` when no record starts there or `f` gives none.
+    fn tx_record_at<T>(
+        o: &Open,
+        offset: i64,
+        f: impl Fn(&DecodedRecord<'_>) -> Option<T>,
+    ) -> Result<Option<T>> {
+        let read = || {
+            o.commitlog
+                .with_record(offset, |_, d, _| f(d))
+                .ok()
+                .flatten()
+                .flatten()
+        };
+        if let Some(v) = read() {
+            return Ok(Some(v));
+        }
+        if offset >= 0 && offset < o.commitlog.max_offset() {
+            o.commitlog.commit_pages(0)?;
+            return Ok(read());
+        }
+        Ok(None)
+    }
+
     /// The half message at `offset`: `TransactionNotFound` when there is none.
     pub(crate) fn tx_half_at(o: &Open, offset: i64) -> Result<HalfRecord> {
         let not_found = || {
@@ -66,27 +93,19 @@ impl MessageStore {
                 "no transaction half message at commitlog offset {offset}"
             ))
         };
-        let read = |o: &Open| {
-            o.commitlog.with_record(offset, |_, d, _| {
-                if d.topic != HALF_TOPIC.as_bytes() {
-                    return None;
-                }
-                let sp = StoredProps::parse(d.properties);
-                Some(HalfRecord {
-                    offset,
-                    queue_offset: d.queue_offset,
-                    id: sp.transaction_id()?.to_owned(),
-                    real: sp.real_queue().map(|(t, q)| (t.to_owned(), q)),
-                })
+        Self::tx_record_at(o, offset, |d| {
+            if d.topic != HALF_TOPIC.as_bytes() {
+                return None;
+            }
+            let sp = StoredProps::parse(d.properties);
+            Some(HalfRecord {
+                offset,
+                queue_offset: d.queue_offset,
+                id: sp.transaction_id()?.to_owned(),
+                real: sp.real_queue().map(|(t, q)| (t.to_owned(), q)),
             })
-        };
-        let mut got = read(o).map_err(|_| not_found())?;
-        if got.is_none() && offset >= 0 && offset < o.commitlog.max_offset() {
-            // Written to a write buffer of the transient store pool, not committed yet.
-            o.commitlog.commit_pages(0)?;
-            got = read(o).map_err(|_| not_found())?;
-        }
-        got.flatten().ok_or_else(not_found)
+        })?
+        .ok_or_else(not_found)
     }
 
     /// The transaction id of the half message at `offset` (`__transactionId__`, else
@@ -98,38 +117,30 @@ impl MessageStore {
                 "no transaction half message at commitlog offset {offset}"
             ))
         };
-        let read = |o: &Open| {
-            o.commitlog.with_record(offset, |_, d, _| {
-                if d.topic != HALF_TOPIC.as_bytes() {
-                    return None;
+        Self::tx_record_at(o, offset, |d| {
+            if d.topic != HALF_TOPIC.as_bytes() {
+                return None;
+            }
+            // The last usable value of each (a map keeps the last one).
+            let (mut tx_id, mut uniq) = (None, None);
+            for_each_property(d.properties, |k, v| {
+                if v.is_empty() {
+                    return;
                 }
-                // The last usable value of each (a map keeps the last one).
-                let (mut tx_id, mut uniq) = (None, None);
-                for_each_property(d.properties, |k, v| {
-                    if v.is_empty() {
-                        return;
-                    }
-                    let slot = if k == property::TRANSACTION_ID.as_bytes() {
-                        &mut tx_id
-                    } else if k == property::UNIQ_KEY.as_bytes() {
-                        &mut uniq
-                    } else {
-                        return;
-                    };
-                    if let Ok(v) = std::str::from_utf8(v) {
-                        *slot = Some(v);
-                    }
-                });
-                tx_id.or(uniq).map(str::to_owned)
-            })
-        };
-        let mut got = read(o).map_err(|_| not_found())?;
-        if got.is_none() && offset >= 0 && offset < o.commitlog.max_offset() {
-            // Written to a write buffer of the transient store pool, not committed yet.
-            o.commitlog.commit_pages(0)?;
-            got = read(o).map_err(|_| not_found())?;
-        }
-        got.flatten().ok_or_else(not_found)
+                let slot = if k == property::TRANSACTION_ID.as_bytes() {
+                    &mut tx_id
+                } else if k == property::UNIQ_KEY.as_bytes() {
+                    &mut uniq
+                } else {
+                    return;
+                };
+                if let Ok(v) = std::str::from_utf8(v) {
+                    *slot = Some(v);
+                }
+            });
+            tx_id.or(uniq).map(str::to_owned)
+        })?
+        .ok_or_else(not_found)
     }
 
     /// The halves (original and copies) of transaction `id` the records hold at or after the
@@ -617,60 +628,53 @@ impl MessageStore {
                 "no transaction half message of {id} at commitlog offset {half_offset}"
             ))
         };
-        let put = |o: &Open| {
-            o.commitlog.with_record(half_offset, |_, d, _| {
-                if d.topic != HALF_TOPIC.as_bytes() {
+        let put = |d: &DecodedRecord<'_>| -> Result<(AppendResult, bool)> {
+            if d.topic != HALF_TOPIC.as_bytes() {
+                return Err(not_found());
+            }
+            let bad = || {
+                StoreError::InvalidArgument(format!(
+                    "the half message at commitlog offset {half_offset} has no usable \
+                     REAL_TOPIC / REAL_QID: it cannot be committed"
+                ))
+            };
+            let (topic, qid, props, scan) = if own {
+                let cut = cut_real_queue(d.properties).ok_or_else(bad)?;
+                if cut.3 != Some(id) {
                     return Err(not_found());
                 }
-                let bad = || {
-                    StoreError::InvalidArgument(format!(
-                        "the half message at commitlog offset {half_offset} has no usable \
-                         REAL_TOPIC / REAL_QID: it cannot be committed"
-                    ))
-                };
-                let (topic, qid, props, scan) = if own {
-                    let cut = cut_real_queue(d.properties).ok_or_else(bad)?;
-                    if cut.3 != Some(id) {
-                        return Err(not_found());
-                    }
-                    (cut.0, cut.1, cut.2, Some(cut.4))
-                } else {
-                    let sp = StoredProps::parse(d.properties);
-                    if sp.transaction_id() != Some(id) {
-                        return Err(not_found());
-                    }
-                    let (topic, qid) = sp.real_queue().ok_or_else(bad)?;
-                    (topic, qid, commit_properties(&sp), None)
-                };
-                let scan = scan.unwrap_or_else(|| PutScan::of(props.as_bytes()));
-                let env = Message {
-                    topic: topic.to_owned(),
-                    queue_id: qid,
-                    flag: d.flag,
-                    sys_flag: with_transaction_type(d.sys_flag, sysflag::TRANSACTION_COMMIT_TYPE),
-                    born_timestamp: d.born_timestamp,
-                    born_host: Some(d.born_host),
-                    reconsume_times: d.reconsume_times,
-                    prepared_transaction_offset: half_offset,
-                    ..Message::default()
-                };
-                Ok(self.put_through_hooks(o, env, d.body, &props, scan, || {
-                    // The map the hooks see has TRAN_MSG cleared.
-                    StoredProps::parse(props.as_bytes())
-                        .items
-                        .iter()
-                        .filter(|(k, _)| *k != property::TRAN_MSG)
-                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                        .collect()
-                }))
-            })
+                (cut.0, cut.1, cut.2, Some(cut.4))
+            } else {
+                let sp = StoredProps::parse(d.properties);
+                if sp.transaction_id() != Some(id) {
+                    return Err(not_found());
+                }
+                let (topic, qid) = sp.real_queue().ok_or_else(bad)?;
+                (topic, qid, commit_properties(&sp), None)
+            };
+            let scan = scan.unwrap_or_else(|| PutScan::of(props.as_bytes()));
+            let env = Message {
+                topic: topic.to_owned(),
+                queue_id: qid,
+                flag: d.flag,
+                sys_flag: with_transaction_type(d.sys_flag, sysflag::TRANSACTION_COMMIT_TYPE),
+                born_timestamp: d.born_timestamp,
+                born_host: Some(d.born_host),
+                reconsume_times: d.reconsume_times,
+                prepared_transaction_offset: half_offset,
+                ..Message::default()
+            };
+            Ok(self.put_through_hooks(o, env, d.body, &props, scan, || {
+                // The map the hooks see has TRAN_MSG cleared.
+                StoredProps::parse(props.as_bytes())
+                    .items
+                    .iter()
+                    .filter(|(k, _)| *k != property::TRAN_MSG)
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect()
+            }))
         };
-        let mut got = put(o).map_err(|_| not_found())?;
-        if got.is_none() && half_offset >= 0 && half_offset < o.commitlog.max_offset() {
-            o.commitlog.commit_pages(0)?;
-            got = put(o).map_err(|_| not_found())?;
-        }
-        got.ok_or_else(not_found)?
+        Self::tx_record_at(o, half_offset, |d| Some(put(d)))?.ok_or_else(not_found)?
     }
 
     /// One round of the op batch service (`batchSendOpMessage`): writes the op messages due at

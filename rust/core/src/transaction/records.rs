@@ -168,7 +168,18 @@ fn itoa_buf() -> [u8; 12] {
 
 /// `String.valueOf(int)` into `buf`.
 pub(crate) fn itoa(v: i32, buf: &mut [u8; 12]) -> &str {
-    let mut n = i64::from(v).unsigned_abs();
+    let mut wide = [0u8; 20];
+    let s = decimal(i64::from(v), &mut wide);
+    let at = buf.len() - s.len();
+    buf[at..].copy_from_slice(s.as_bytes());
+    // Only ASCII digits and '-' were copied.
+    std::str::from_utf8(&buf[at..]).unwrap_or("0")
+}
+
+/// `Long.toString(v)` into the end of `buf` (20 bytes hold any i64 with its sign), without
+/// the formatting machinery (it runs once per end and per check copy).
+fn decimal(v: i64, buf: &mut [u8; 20]) -> &str {
+    let mut n = v.unsigned_abs();
     let mut at = buf.len();
     loop {
         at -= 1;
@@ -300,23 +311,9 @@ pub(crate) fn commit_properties(half: &StoredProps<'_>) -> String {
 
 /// The op message's body for the queued entries `"q1,q2,...,"` (already the text).
 pub(crate) fn op_body_entry(half_queue_offset: i64, out: &mut String) {
-    // `Long.toString` then the comma, without the formatting machinery (one per end).
+    // `Long.toString` then the comma (one per end).
     let mut buf = [0u8; 20];
-    let mut n = half_queue_offset.unsigned_abs();
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    if half_queue_offset < 0 {
-        out.push('-');
-    }
-    // Only ASCII digits were written.
-    out.push_str(std::str::from_utf8(&buf[at..]).unwrap_or("0"));
+    out.push_str(decimal(half_queue_offset, &mut buf));
     out.push(',');
 }
 
