@@ -28,6 +28,12 @@ class Row:
 #: Targets not met yet, by figure prefix -> issue number.
 OPEN_TARGETS = {
     "Spark count + group-by": 5,
+    # Issue 3's 2x holds only in part of the runs on the shared VM (README "Status"): in
+    # issue 18's session the quick medians were 0.71x (fresh-clone CI, dispatch 5.4 M msg/s)
+    # and 1.09-1.35x (dispatch 4.4-9.9 M msg/s from run to run, rounds 0.61-2.01x), the 1x
+    # quick threshold inside that spread; the speed work on the write and read paths is
+    # issue 20's.
+    "dispatch vs batch append": 20,
     "transactions: prepare + commit": 18,
     "transactions: check-back scan": 18,
 }
