@@ -8,6 +8,7 @@ import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Base64;
 import java.util.Collection;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
@@ -18,7 +19,6 @@ import java.util.concurrent.ConcurrentMap;
 import org.apache.rocketmq.broker.BrokerController;
 import org.apache.rocketmq.broker.offset.ConsumerOffsetManager;
 import org.apache.rocketmq.client.QueryResult;
-import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -52,7 +52,7 @@ import rmqshared.Json;
  * <pre>
  *   serve STORE TOPICS [MESSAGES.jsonl]
  *       start the name server and a broker on STORE; read every message of the comma-separated
- *       TOPICS with a DefaultLitePullConsumer (from offset 0, committing what it read), look each
+ *       TOPICS with synchronous pulls (from offset 0, committing what it read; see QueueReader), look each
  *       one up with DefaultMQAdminExt (viewMessage by offset message id, queryMessage by key,
  *       queryMessageByUniqKey by UNIQ_KEY) and print the topic stats; then, with
  *       MESSAGES.jsonl, send every described message with a DefaultMQProducer (a "bodies" entry
@@ -85,7 +85,6 @@ public final class BrokerHarness {
     private NamesrvController namesrv;
     BrokerController broker;
     DefaultMQAdminExt admin;
-    private DefaultLitePullConsumer consumer;
     private DefaultMQProducer producer;
 
     private BrokerHarness(Args args) {
@@ -218,7 +217,6 @@ public final class BrokerHarness {
 
     void stopAll() {
         for (Runnable r : new Runnable[] {
-            () -> { if (consumer != null) consumer.shutdown(); },
             () -> { if (producer != null) producer.shutdown(); },
             () -> { if (admin != null) admin.shutdown(); },
             () -> { if (broker != null) broker.shutdown(); },
@@ -230,7 +228,6 @@ public final class BrokerHarness {
                 t.printStackTrace();
             }
         }
-        consumer = null;
         producer = null;
         admin = null;
         if (broker != null) {
@@ -298,41 +295,21 @@ public final class BrokerHarness {
                 maxOffsets.put(e.getKey(), e.getValue().getMaxOffset());
             }
         }
-        consumer = new DefaultLitePullConsumer("interop-reader");
-        consumer.setNamesrvAddr(namesrvAddr());
-        consumer.setInstanceName("interop-reader");
-        consumer.setAutoCommit(false);
-        // A pull consumer needs more pull threads than queues, or some queues are never pulled.
-        consumer.setPullThreadNums(maxOffsets.size() + 4);
-        consumer.setPollTimeoutMillis(1000);
-        consumer.start();
-        List<MessageQueue> queues = new ArrayList<>();
-        for (String topic : topics) {
-            queues.addAll(consumer.fetchMessageQueues(topic));
-        }
-        consumer.assign(queues);
-        for (MessageQueue mq : queues) {
-            consumer.seek(mq, 0);
-        }
-        Map<MessageQueue, Long> next = new HashMap<>();
         List<MessageExt> all = new ArrayList<>();
-        long deadline = System.currentTimeMillis() + 120_000;
-        while (!caughtUp(next, maxOffsets)) {
-            if (System.currentTimeMillis() > deadline) {
-                throw new IllegalStateException("the pull consumer did not read every queue: " + next + " of " + maxOffsets);
-            }
-            for (MessageExt m : consumer.poll(1000)) {
-                MessageQueue mq = new MessageQueue(m.getTopic(), m.getBrokerName() == null ? BROKER : m.getBrokerName(),
-                    m.getQueueId());
-                next.merge(mq, m.getQueueOffset() + 1, Math::max);
-                all.add(m);
-            }
-        }
         Map<MessageQueue, Long> commit = new HashMap<>();
-        for (MessageQueue mq : queues) {
-            commit.put(mq, next.getOrDefault(mq, 0L));
+        long deadline = System.currentTimeMillis() + 120_000;
+        try (QueueReader reader = new QueueReader(namesrvAddr(), "interop-reader")) {
+            for (String topic : topics) {
+                List<MessageQueue> queues = reader.queues(topic);
+                Collections.sort(queues);
+                for (MessageQueue mq : queues) {
+                    long until = maxOffsets.getOrDefault(mq, 0L);
+                    all.addAll(reader.read(mq, 0, until, deadline));
+                    commit.put(mq, until);
+                }
+            }
+            reader.commit(commit);
         }
-        consumer.commit(commit, true);
         Map<String, Object> committed = new LinkedHashMap<>();
         committed.put("kind", "committed");
         committed.put("group", "interop-reader");
@@ -373,15 +350,6 @@ public final class BrokerHarness {
             String key = tk.substring(tk.indexOf('\u0000') + 1);
             printQuery("uniqQuery", topic, key, () -> admin.queryMessageByUniqKey(null, topic, key, 64, 0, Long.MAX_VALUE));
         }
-    }
-
-    private static boolean caughtUp(Map<MessageQueue, Long> next, Map<MessageQueue, Long> max) {
-        for (Map.Entry<MessageQueue, Long> e : max.entrySet()) {
-            if (next.getOrDefault(e.getKey(), 0L) < e.getValue()) {
-                return false;
-            }
-        }
-        return true;
     }
 
     interface Query {

@@ -7,6 +7,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Base64;
+import java.util.Collections;
 import java.util.Comparator;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -22,7 +23,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.rocketmq.broker.transaction.queue.MessageQueueOpContext;
 import org.apache.rocketmq.broker.transaction.queue.TransactionalMessageServiceImpl;
-import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.TransactionListener;
 import org.apache.rocketmq.client.producer.TransactionMQProducer;
@@ -68,7 +68,7 @@ import rmqshared.Json;
  *                                --default-check for others); wait until --expect-ends checks were
  *                                answered COMMIT or ROLLBACK and as many op entries more were
  *                                written, then --linger-ms; read the comma-separated TOPICS from
- *                                offset 0 with a DefaultLitePullConsumer; shut down
+ *                                offset 0 with synchronous pulls (QueueReader); shut down
  * </pre>
  *
  * Broker settings: --tx-check-interval-ms (transactionCheckInterval; tx-run defaults to one
@@ -85,7 +85,6 @@ final class TransactionCommands {
     private final BrokerHarness h;
     private TransactionMQProducer producer;
     private ExecutorService checkThreads;
-    private DefaultLitePullConsumer consumer;
     /** Plans by "seq". */
     private final Map<String, Plan> plans = new ConcurrentHashMap<>();
     /** tx-run: checks the producer received, held until the harness lets their answer through. */
@@ -493,7 +492,7 @@ final class TransactionCommands {
         return 0;
     }
 
-    /** Every message of the topics from offset 0 through a DefaultLitePullConsumer. */
+    /** Every message of the topics from offset 0, pulled through the broker. */
     private void consume(String topics) throws Exception {
         List<String> names = new ArrayList<>();
         for (String t : topics.split(",")) {
@@ -505,54 +504,26 @@ final class TransactionCommands {
             return;
         }
         HarnessSupport.waitDispatched(store());
-        consumer = new DefaultLitePullConsumer("interop-tx-reader");
-        consumer.setNamesrvAddr(BrokerHarness.LOOPBACK + ":" + h.args.opt("namesrv-port", 9876));
-        consumer.setInstanceName("interop-tx-reader");
-        consumer.setAutoCommit(false);
-        consumer.setPollTimeoutMillis(1000);
-        List<MessageQueue> queues = new ArrayList<>();
-        Map<MessageQueue, Long> max = new HashMap<>();
-        consumer.setPullThreadNums(64);
-        consumer.start();
-        for (String topic : names) {
-            for (MessageQueue mq : consumer.fetchMessageQueues(topic)) {
-                queues.add(mq);
-                max.put(mq, store().getMaxOffsetInQueue(topic, mq.getQueueId()));
-            }
-        }
-        consumer.assign(queues);
-        for (MessageQueue mq : queues) {
-            consumer.seek(mq, 0);
-        }
-        Map<MessageQueue, Long> next = new HashMap<>();
         long deadline = System.currentTimeMillis() + 60_000;
-        while (true) {
-            boolean done = true;
-            for (Map.Entry<MessageQueue, Long> e : max.entrySet()) {
-                if (next.getOrDefault(e.getKey(), 0L) < e.getValue()) {
-                    done = false;
+        try (QueueReader reader = new QueueReader(BrokerHarness.LOOPBACK + ":" + h.args.opt("namesrv-port", 9876),
+            "interop-tx-reader")) {
+            for (String topic : names) {
+                List<MessageQueue> queues = reader.queues(topic);
+                Collections.sort(queues);
+                for (MessageQueue mq : queues) {
+                    long until = store().getMaxOffsetInQueue(topic, mq.getQueueId());
+                    for (MessageExt m : reader.read(mq, 0, until, deadline)) {
+                        Map<String, Object> o = BrokerHarness.describe(m);
+                        o.put("kind", "consumed");
+                        print(o);
+                    }
                 }
-            }
-            if (done) {
-                break;
-            }
-            if (System.currentTimeMillis() > deadline) {
-                throw new IllegalStateException("the consumer did not read every queue: " + next + " of " + max);
-            }
-            for (MessageExt m : consumer.poll(1000)) {
-                MessageQueue mq = new MessageQueue(m.getTopic(),
-                    m.getBrokerName() == null ? BrokerHarness.BROKER : m.getBrokerName(), m.getQueueId());
-                next.merge(mq, m.getQueueOffset() + 1, Math::max);
-                Map<String, Object> o = BrokerHarness.describe(m);
-                o.put("kind", "consumed");
-                print(o);
             }
         }
     }
 
     private void shutdownClients() {
         for (Runnable r : new Runnable[] {
-            () -> { if (consumer != null) consumer.shutdown(); },
             () -> { if (producer != null) producer.shutdown(); },
             () -> { if (checkThreads != null) checkThreads.shutdownNow(); },
         }) {
@@ -562,7 +533,6 @@ final class TransactionCommands {
                 t.printStackTrace();
             }
         }
-        consumer = null;
         producer = null;
         checkThreads = null;
         for (HeldCheck c : held) {
