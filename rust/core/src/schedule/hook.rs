@@ -46,6 +46,10 @@ impl PutMessageHook for DelayLevelHook {
         batch.properties.iter().any(|(k, _)| k == property::DELAY)
     }
 
+    fn may_apply_to_raw(&self, _topic: &str, has_delay: bool, _has_timer: bool) -> bool {
+        has_delay
+    }
+
     fn before_put(&self, msg: &mut Message) -> Result<(), PutMessageStatus> {
         let Some(delay) = delay_of(&msg.properties) else {
             return Ok(());

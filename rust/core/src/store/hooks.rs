@@ -22,6 +22,15 @@ pub trait PutMessageHook: Send + Sync {
         true
     }
 
+    /// A cheaper first answer for a put whose properties are still a raw string: whether the
+    /// hook may act on a put to `topic` whose properties hold `DELAY` (`has_delay`) and a timer
+    /// property (`has_timer`). `false` must mean [`PutMessageHook::applies_to`] would say false
+    /// too; `true` sends the put on to `applies_to` with the decoded properties.
+    fn may_apply_to_raw(&self, topic: &str, has_delay: bool, has_timer: bool) -> bool {
+        let _ = (topic, has_delay, has_timer);
+        true
+    }
+
     /// The same for a batch put.
     fn applies_to_batch(&self, batch: &Batch<'_>) -> bool {
         let _ = batch;

@@ -305,15 +305,13 @@ impl MessageStore {
             .map(drop)
     }
 
-    /// Whether a put hook may act on a put of `topic` with properties string `props` (a
-    /// superset of the hooks' own answer: the built-in delay-level and timer hooks act only on
-    /// DELAY and the timer properties; another hook is asked with the whole message).
+    /// Whether a put hook may act on a put of `topic` whose raw properties hold DELAY (`delay`)
+    /// and a timer property (`timer`): each hook's own cheap answer
+    /// ([`PutMessageHook::may_apply_to_raw`]), before any properties are decoded.
     fn hooks_may_apply(&self, topic: &str, delay: bool, timer: bool) -> bool {
-        self.put_hooks.iter().any(|h| match h.name() {
-            "delayLevel" => delay,
-            "timerMessage" => timer && topic != crate::timer::TIMER_TOPIC,
-            _ => true,
-        })
+        self.put_hooks
+            .iter()
+            .any(|h| h.may_apply_to_raw(topic, delay, timer))
     }
 
     /// Puts `env` with `body` and the stored properties string `props`, through the put hooks:

@@ -208,6 +208,11 @@ impl PutMessageHook for TimerHook {
         may_act_on(batch.topic, batch.properties)
     }
 
+    /// Without a timer property there is nothing to act on, nor in the timer topic itself.
+    fn may_apply_to_raw(&self, topic: &str, _has_delay: bool, has_timer: bool) -> bool {
+        has_timer && topic != crate::timer::TIMER_TOPIC
+    }
+
     /// A batch is a `MessageExtBrokerInner` to RocketMQ's hook too: its shared properties are
     /// transformed as one message's, and every message of it goes to the timer topic.
     fn before_put_batch(&self, batch: &mut PutBatch<'_>) -> Result<(), PutMessageStatus> {
