@@ -41,7 +41,7 @@ class _Setting(TypedDict):
 
     name: str
     rocketmq_name: str | None
-    type: Literal["int", "bool", "choice", "host", "path", "delay_levels"]
+    type: Literal["int", "bool", "choice", "host", "path", "delay_levels", "hours"]
     default: int | bool | str | None
     min: int | None
     max: int | None
@@ -390,6 +390,13 @@ class Store:
     def is_offset_aligned(self, offset: int) -> bool: ...
     def truncate_files(self, offset: int) -> bool: ...
     def check_disk_space(self) -> float: ...
+    def running_flags(self) -> int:
+        """The running flags' bits now (``rmqstore.RunningFlags``)."""
+    def disk_ratios(self) -> tuple[float, float]:
+        """Re-reads how full the commitlog's and the consume queues' file systems are (setting
+        or clearing DISK_FULL and LOGIC_DISK_FULL); returns both used fractions."""
+    def set_running_flags(self, bits: int, on: bool) -> int:
+        """Sets (``on``) or clears running flag ``bits``; returns the bits after."""
     def flush_checkpoint(self) -> None: ...
     def get_flushed_where(self) -> int: ...
     def dispatch_behind_bytes(self) -> int: ...

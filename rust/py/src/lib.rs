@@ -6,6 +6,7 @@ mod buffer;
 mod config;
 mod errors;
 mod message;
+mod running_flags;
 mod schedule;
 mod steps;
 mod store;
