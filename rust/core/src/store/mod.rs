@@ -12,6 +12,7 @@
 //! - `timer.rs`: timer messages (the engine's rounds, cancellation);
 //! - here: the store's parts while open, the put path, flush, truncation and close.
 
+mod clean;
 mod hooks;
 mod open;
 mod queries;
