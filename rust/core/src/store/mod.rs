@@ -13,6 +13,7 @@
 //! - `running_flags.rs`: the running flags and the disks' used ratios;
 //! - here: the store's parts while open, the put path, flush, truncation and close.
 
+mod clean;
 mod hooks;
 mod open;
 mod queries;
