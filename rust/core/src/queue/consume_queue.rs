@@ -504,6 +504,11 @@ impl ConsumeQueue {
         Ok(removed)
     }
 
+    /// Removes the files of segments whose deletion waited for a reader (at close).
+    pub(crate) fn remove_hanged(&self) {
+        self.queue.remove_hanged();
+    }
+
     /// `correctMinOffset`: moves the minimum to the first unit whose record is at or after the
     /// commitlog's minimum offset.
     pub(crate) fn correct_min_offset(&self, min_commit_log_offset: i64) {
