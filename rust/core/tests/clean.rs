@@ -632,3 +632,34 @@ fn readers_during_deletion_never_fail() {
     let min_q = store.min_offset_in_queue("T", 0).unwrap();
     assert_eq!(get(&store, min_q).status, GetMessageStatus::Found);
 }
+
+/// MappedFileQueueTest.testDeleteExpiredFileByTime: of 50 segments the first 5 and those
+/// after the 21st have expired; with a batch of 50 only the first 5 go (deletion never skips
+/// a live segment to reach expired ones behind it).
+#[test]
+fn mapped_file_queue_test_delete_expired_file_by_time() {
+    let d = TempDir::new("clean", "mfq-time");
+    let store = MessageStore::open(d.path(), one_message_per_segment()).unwrap();
+    for _ in 0..50 {
+        let m = Message {
+            topic: "test".into(),
+            body: vec![0; 3000],
+            born_timestamp: now_millis(),
+            ..Message::default()
+        };
+        assert!(store.put_message(&m).unwrap().is_ok());
+    }
+    let segs = store.commitlog_segments().unwrap();
+    assert_eq!(segs.len(), 50);
+    let expired_ms = 100 * 1000;
+    for (i, p) in segs.iter().enumerate() {
+        if !(5..=20).contains(&i) {
+            set_mtime_ago(p, expired_ms * 2);
+        }
+    }
+    let removed = store
+        .delete_expired_commit_log_files(expired_ms, 0, 0, false, 50)
+        .unwrap();
+    assert_eq!(removed, segs[..5].to_vec());
+    assert_eq!(store.commitlog_segments().unwrap().len(), 45);
+}
