@@ -6,11 +6,19 @@ and reads. The engine is Rust (``rmqstore._rmqstore``); this package orchestrate
 
 from __future__ import annotations
 
+from ._clean import CleanReport
 from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult, __version__
 from ._schedule import ScheduleLevelStats
 from ._transaction import EndTransactionResult, PendingTransaction, TransactionCheckReport
 from .config import StoreConfig
-from .enums import FlushDiskType, GetMessageStatus, PutMessageStatus, StoreState, TransactionState
+from .enums import (
+    FlushDiskType,
+    GetMessageStatus,
+    PutMessageStatus,
+    RunningFlags,
+    StoreState,
+    TransactionState,
+)
 from .errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
@@ -33,6 +41,7 @@ from .store import MessageStore
 __all__ = [
     "ArgumentOverflowError",
     "ArgumentTypeError",
+    "CleanReport",
     "CorruptRecordError",
     "EndTransactionResult",
     "FlushDiskType",
@@ -46,6 +55,7 @@ __all__ = [
     "PutMessageResult",
     "PutMessageStatus",
     "RmqStoreError",
+    "RunningFlags",
     "ScheduleLevelStats",
     "StoreClosedError",
     "StoreConfig",

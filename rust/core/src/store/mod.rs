@@ -10,11 +10,14 @@
 //! - `hooks.rs`: put hooks, which may rewrite or refuse a message before it is appended;
 //! - `state.rs`: the lifecycle state machine;
 //! - `timer.rs`: timer messages (the engine's rounds, cancellation);
+//! - `running_flags.rs`: the running flags and the disks' used ratios;
 //! - here: the store's parts while open, the put path, flush, truncation and close.
 
+mod clean;
 mod hooks;
 mod open;
 mod queries;
+mod running_flags;
 mod schedule;
 mod services;
 mod state;
@@ -424,6 +427,12 @@ impl MessageStore {
         };
         for f in open.commitlog.queue().files() {
             f.munlock();
+        }
+        // Segments a deletion took out while a reader held them go now (the readers keep
+        // their mappings): retention.
+        open.commitlog.queue().remove_hanged();
+        for cq in open.cqs.all() {
+            cq.remove_hanged();
         }
         drop(open);
         self.allocator.release_pool();
