@@ -25,6 +25,9 @@ pub(crate) struct ConsumeQueue {
     /// Read-only queues (another process dispatches): the logical end checked so far; -1 for
     /// a queue this process writes.
     read_only_end: AtomicI64,
+    /// Read-only queues: the folder's (device, inode) when loaded, to notice the writer
+    /// deleting the queue (and perhaps making it again).
+    folder_id: Option<(u64, u64)>,
 }
 
 /// Trailing units checked against their commitlog records by each read-only refresh: a unit
@@ -62,6 +65,22 @@ impl ConsumeQueue {
             max_physic_offset: AtomicI64::new(-1),
             min_logic_offset: AtomicI64::new(0),
             read_only_end: AtomicI64::new(read_only_end),
+            folder_id: None,
+        }
+    }
+
+    fn folder_id_of(dir: &Path) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+    }
+
+    /// Read-only queues: false once the writer deleted the queue's folder (and perhaps made
+    /// a new one, a new queue): this one is then gone. Always true for a queue this process
+    /// writes.
+    pub(crate) fn folder_is_current(&self) -> bool {
+        match self.folder_id {
+            None => self.read_only_end.load(Ordering::Relaxed) < 0,
+            Some(id) => Self::folder_id_of(self.queue.dir()) == Some(id),
         }
     }
 
@@ -73,8 +92,11 @@ impl ConsumeQueue {
         dir: &Path,
         file_size: i64,
     ) -> Result<ConsumeQueue> {
+        let folder_id = Self::folder_id_of(dir);
         let queue = MappedFileQueue::load_read_only(dir, file_size)?;
-        Ok(Self::over(topic, queue_id, queue, 0))
+        let mut cq = Self::over(topic, queue_id, queue, 0);
+        cq.folder_id = folder_id;
+        Ok(cq)
     }
 
     /// Read-only queues: extends the readable end over the units dispatched since the last
@@ -562,6 +584,22 @@ impl ConsumeQueue {
         };
         self.max_physic_offset.store(max_phy, Ordering::Release);
         Ok(())
+    }
+
+    /// `ConsumeQueue.destroy`: deletes the queue's segments and its folder. Mappings stay valid
+    /// for whoever still holds this queue or one of its segments (a reader in flight reads the
+    /// units it had; nothing is unmapped under it); the store takes the queue out of its table
+    /// first, so no new reader or writer finds it.
+    pub(crate) fn destroy(&self) -> Result<()> {
+        for f in self.queue.files() {
+            f.destroy()?;
+        }
+        let dir = self.queue.dir();
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::io("cannot delete", dir, e)),
+        }
     }
 
     /// Forces written units to disk; true iff nothing moved.

@@ -19,6 +19,7 @@ mod schedule;
 mod services;
 mod state;
 mod timer;
+mod topics_clean;
 mod transaction;
 mod transaction_check;
 

@@ -38,8 +38,8 @@ impl MessageStore {
             return Ok(o.cqs.find(topic, queue_id));
         }
         let cq = match o.cqs.find(topic, queue_id) {
-            Some(cq) => cq,
-            None => {
+            Some(cq) if cq.folder_is_current() => cq,
+            _ => {
                 o.cqs.discover()?;
                 match o.cqs.find(topic, queue_id) {
                     Some(cq) => cq,
