@@ -13,8 +13,9 @@ The commitlog records and index keys stay until they expire, as in RocketMQ.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from .errors import ArgumentTypeError, InvalidArgumentError, StoreClosedError, StoreReadOnlyError
@@ -65,6 +66,16 @@ class TopicDeletionMixin:
                 f"the store is open read-only: {what} needs a store opened for writing"
             )
 
+    @contextlib.contextmanager
+    def _topic_config_held(self) -> Iterator[None]:
+        """Keeps the topic config service from writing back, from a look it took before the
+        deletion, a topic being deleted."""
+        if self._topic_config is None:
+            yield
+            return
+        with self._topic_config.sync_lock:
+            yield
+
     def _forget_topics(self, topics: Iterable[str]) -> None:
         """The broker's part of a deletion: topics.json entries and consumer offsets."""
         gone = list(topics)
@@ -102,8 +113,9 @@ class TopicDeletionMixin:
         self._check_topic_deletion("delete_topics")
         if not names:
             return 0
-        deleted = self._core.delete_topics(names)
-        self._forget_topics(dict.fromkeys(names))
+        with self._topic_config_held():
+            deleted = self._core.delete_topics(names)
+            self._forget_topics(dict.fromkeys(names))
         log.info("deleted topics %s (%d had consume queues)", ", ".join(names[:20]), deleted)
         return deleted
 
@@ -113,8 +125,9 @@ class TopicDeletionMixin:
         topics (``%LMQ%...``) are always kept. Returns how many topics were deleted."""
         kept = _topic_names(keep, "keep")
         self._check_topic_deletion("clean_unused_topics")
-        deleted = self._core.clean_unused_topics(kept)
-        self._forget_topics(deleted)
+        with self._topic_config_held():
+            deleted = self._core.clean_unused_topics(kept)
+            self._forget_topics(deleted)
         if deleted:
             log.info("deleted unused topics %s", ", ".join(deleted[:20]))
         return len(deleted)
