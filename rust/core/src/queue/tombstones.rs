@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 
 use crate::error::{Result, StoreError};
@@ -35,8 +35,24 @@ pub const FILE_NAME: &str = "deletedTopics";
 pub(crate) struct Tombstones {
     path: Option<PathBuf>,
     table: RwLock<BTreeMap<String, i64>>,
-    /// Fast path of dispatch: no tombstone at all.
-    any: AtomicBool,
+    /// Fast path of dispatch: a bit per [`bit`] of the topics with a tombstone (none set: no
+    /// tombstone at all), so that topics without one rarely take the lock.
+    mask: AtomicU64,
+}
+
+/// A topic's bit in [`Tombstones::mask`]: cheap (length, first and last byte), not a hash.
+#[inline]
+fn bit(topic: &str) -> u64 {
+    let b = topic.as_bytes();
+    let (first, last) = (
+        b.first().copied().unwrap_or(0),
+        b.last().copied().unwrap_or(0),
+    );
+    1 << ((b.len() + usize::from(first) + usize::from(last) * 3) & 63)
+}
+
+fn mask_of(table: &BTreeMap<String, i64>) -> u64 {
+    table.keys().fold(0, |m, t| m | bit(t))
 }
 
 impl Default for Tombstones {
@@ -44,7 +60,7 @@ impl Default for Tombstones {
         Tombstones {
             path: None,
             table: RwLock::new(BTreeMap::new()),
-            any: AtomicBool::new(false),
+            mask: AtomicU64::new(0),
         }
     }
 }
@@ -86,7 +102,7 @@ impl Tombstones {
         };
         Ok(Tombstones {
             path: Some(path),
-            any: AtomicBool::new(!table.is_empty()),
+            mask: AtomicU64::new(mask_of(&table)),
             table: RwLock::new(table),
         })
     }
@@ -95,7 +111,7 @@ impl Tombstones {
     /// has no tombstone.
     #[inline]
     pub(crate) fn floor(&self, topic: &str) -> i64 {
-        if !self.any.load(Ordering::Acquire) {
+        if self.mask.load(Ordering::Acquire) & bit(topic) == 0 {
             return i64::MIN;
         }
         self.table
@@ -140,8 +156,11 @@ impl Tombstones {
         if let Some(path) = &self.path {
             write_file(path, &next)?;
         }
-        self.any.store(!next.is_empty(), Ordering::Release);
+        // Set before the table grows and cleared after it shrinks: a reader that sees the
+        // new table never misses its bit (dispatch is excluded meanwhile anyway).
+        self.mask.fetch_or(mask_of(&next), Ordering::AcqRel);
         *table = next;
+        self.mask.store(mask_of(&table), Ordering::Release);
         Ok(())
     }
 }
