@@ -192,6 +192,7 @@ def test_arguments_are_checked_and_a_read_only_store_refuses(open_store, store_p
             call()
     # A read-only store beside the writer sees the topic go.
     assert store.delete_topics(["A"]) == 1
+    time.sleep(0.03)  # readers look at a queue's folder at most every 10 ms
     assert ro.topics() == []
     assert ro.get_message("g", "A", 0, 0, 32).status == GetMessageStatus.NO_MESSAGE_IN_QUEUE
     store.close()

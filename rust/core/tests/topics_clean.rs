@@ -345,6 +345,8 @@ fn a_read_only_store_sees_a_deleted_topic_go_and_a_new_one_come() {
     let ro = MessageStore::open_read_only(d.path(), config()).unwrap();
     assert_eq!(bodies(&ro, "T", 0).len(), 5);
     assert_eq!(store.delete_topics(&["T"]).unwrap(), 1);
+    // Readers look at a queue's folder at most every 10 ms.
+    std::thread::sleep(Duration::from_millis(30));
     let r = ro.get_message("T", 0, 0, 32, &TagFilter::all()).unwrap();
     assert_eq!(r.status, GetMessageStatus::NoMessageInQueue);
     assert!(ro.topics().unwrap().is_empty());

@@ -28,7 +28,14 @@ pub(crate) struct ConsumeQueue {
     /// Read-only queues: the folder's (device, inode) when loaded, to notice the writer
     /// deleting the queue (and perhaps making it again).
     folder_id: Option<(u64, u64)>,
+    /// When the folder was last found current (ms), so that busy readers look at most every
+    /// [`FOLDER_CHECK_MS`].
+    folder_checked_ms: AtomicI64,
 }
+
+/// How long a read-only queue trusts its last look at its folder: a queue the writer deleted
+/// is noticed by reads within this time.
+const FOLDER_CHECK_MS: i64 = 10;
 
 /// Trailing units checked against their commitlog records by each read-only refresh: a unit
 /// another process is writing right now may be torn, and on weakly ordered CPUs more than the
@@ -66,6 +73,7 @@ impl ConsumeQueue {
             min_logic_offset: AtomicI64::new(0),
             read_only_end: AtomicI64::new(read_only_end),
             folder_id: None,
+            folder_checked_ms: AtomicI64::new(i64::MIN),
         }
     }
 
@@ -75,13 +83,25 @@ impl ConsumeQueue {
     }
 
     /// Read-only queues: false once the writer deleted the queue's folder (and perhaps made
-    /// a new one, a new queue): this one is then gone. Always true for a queue this process
-    /// writes.
+    /// a new one, a new queue): this one is then gone (noticed within [`FOLDER_CHECK_MS`]).
+    /// Always true for a queue this process writes.
     pub(crate) fn folder_is_current(&self) -> bool {
-        match self.folder_id {
-            None => self.read_only_end.load(Ordering::Relaxed) < 0,
-            Some(id) => Self::folder_id_of(self.queue.dir()) == Some(id),
+        let Some(id) = self.folder_id else {
+            return self.read_only_end.load(Ordering::Relaxed) < 0;
+        };
+        let now = crate::util::now_millis();
+        let checked = self.folder_checked_ms.load(Ordering::Relaxed);
+        if now
+            .checked_sub(checked)
+            .is_some_and(|d| (0..FOLDER_CHECK_MS).contains(&d))
+        {
+            return true;
         }
+        let current = Self::folder_id_of(self.queue.dir()) == Some(id);
+        if current {
+            self.folder_checked_ms.store(now, Ordering::Relaxed);
+        }
+        current
     }
 
     /// Opens a queue another process writes, for reading only (nothing is created or changed).
