@@ -14,7 +14,7 @@ use rmqstore_core::{Message, MessageStore, StoreConfig};
 
 fn config() -> StoreConfig {
     StoreConfig {
-        mapped_file_size_commit_log: 1 << 30,
+        mapped_file_size_commit_log: 1 << 28,
         message_index_enable: false,
         ..StoreConfig::default()
     }
@@ -53,7 +53,8 @@ fn main() {
             let dir = base.join(format!("r{round}-{tomb}"));
             let store = MessageStore::open(&dir, config()).expect("open");
             if tomb {
-                store.put_message(&msg("Z", 0)).expect("put");
+                let r = store.put_message(&msg("Z", 0)).expect("put");
+                assert!(r.is_ok(), "{:?}", r.status);
                 drain(&store);
                 assert_eq!(store.delete_topics(&["Z"]).expect("delete"), 1);
             }
