@@ -3,6 +3,7 @@
 
 mod args;
 mod buffer;
+mod clean;
 mod config;
 mod errors;
 mod message;

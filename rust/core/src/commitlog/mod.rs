@@ -148,6 +148,15 @@ impl CommitLog {
         Ok(())
     }
 
+    /// Read-only commitlogs: forgets the segments the writing process deleted from the front
+    /// (looked for at most every few ms, see [`MappedFileQueue::front_removed`]).
+    pub(crate) fn drop_removed_front_read_only(&self) -> Result<()> {
+        if self.read_only && self.queue.front_removed() {
+            self.refresh_read_only()?;
+        }
+        Ok(())
+    }
+
     /// Where the commit service waits for puts.
     pub(crate) fn commit_requests(&self) -> Arc<CommitRequests> {
         self.commits.clone()

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::error::{Result, StoreError};
 use crate::file::mapped_file::MappedFile;
-use crate::file::mapped_file_queue::MappedFileQueue;
+use crate::file::mapped_file_queue::{FrontDeletion, MappedFileQueue};
 use crate::format::{encode_unit, whole_units_end, CqUnit, CQ_STORE_UNIT_SIZE};
 
 pub(crate) struct ConsumeQueue {
@@ -31,11 +31,17 @@ pub(crate) struct ConsumeQueue {
     /// When the folder was last found current (ms), so that busy readers look at most every
     /// [`FOLDER_CHECK_MS`].
     folder_checked_ms: AtomicI64,
+    /// Read-only queues: the commitlog minimum the last refresh corrected the minimum for.
+    read_only_min_commit_log: AtomicI64,
 }
 
 /// How long a read-only queue trusts its last look at its folder: a queue the writer deleted
 /// is noticed by reads within this time.
 const FOLDER_CHECK_MS: i64 = 10;
+
+/// How long a consume queue segment a reader still holds may wait before its deletion goes
+/// ahead anyway (`deleteExpiredFileByOffset` destroys with `1000 * 60`).
+pub(crate) const CQ_DESTROY_FORCIBLY_MS: i64 = 60_000;
 
 /// Trailing units checked against their commitlog records by each read-only refresh: a unit
 /// another process is writing right now may be torn, and on weakly ordered CPUs more than the
@@ -74,6 +80,7 @@ impl ConsumeQueue {
             read_only_end: AtomicI64::new(read_only_end),
             folder_id: None,
             folder_checked_ms: AtomicI64::new(i64::MIN),
+            read_only_min_commit_log: AtomicI64::new(-1),
         }
     }
 
@@ -139,8 +146,17 @@ impl ConsumeQueue {
                 self.topic, self.queue_id
             )));
         }
-        // Fast path (every read calls this): no unit after the end inside the last segment.
-        if let Some(last) = self.queue.last() {
+        // The writer removed expired segments from the front: forget them (their mappings
+        // stay valid for whoever still reads them).
+        let front_removed = self.queue.front_removed();
+        if front_removed {
+            self.queue.reload_read_only()?;
+        }
+        // Fast path (every read calls this): no unit after the end inside the last segment,
+        // and the commitlog's minimum did not move.
+        let min_moved =
+            self.read_only_min_commit_log.load(Ordering::Acquire) != min_commit_log_offset;
+        if let Some(last) = self.queue.last().filter(|_| !front_removed && !min_moved) {
             let from = last.file_from_offset();
             if (from..from + size).contains(&end) {
                 // SAFETY: a read-only queue (the store refreshes only those): this process
@@ -204,7 +220,16 @@ impl ConsumeQueue {
             let bytes = unsafe { f.read_unchecked(at - f.file_from_offset(), CQ_STORE_UNIT_SIZE) }
                 .unwrap_or(&[0; 20]);
             let u = CqUnit::decode(at / CQ_STORE_UNIT_SIZE, bytes);
-            if !u.is_pre_blank() && !verify(&u) {
+            // A unit whose record lies wholly below the commitlog's minimum points at a
+            // record the writer already deleted (an idle queue whose messages expired): there
+            // is nothing left to check it against, and readers find its record gone
+            // (MESSAGE_WAS_REMOVING, then OFFSET_TOO_SMALL once the minimum moves past it).
+            let expired = u.phy_offset >= 0
+                && u.size > 0
+                && u.phy_offset
+                    .checked_add(i64::from(u.size))
+                    .is_some_and(|e| e <= min_commit_log_offset);
+            if !u.is_pre_blank() && !expired && !verify(&u) {
                 end = at;
                 break;
             }
@@ -233,8 +258,12 @@ impl ConsumeQueue {
             }
         }
         self.read_only_end.store(end, Ordering::Release);
-        self.set_min_past_pre_blanks();
+        // Only ever forward: threads reading meanwhile never see the minimum go back.
+        self.min_logic_offset
+            .fetch_max(self.min_past_pre_blanks(), Ordering::AcqRel);
         self.correct_min_offset(min_commit_log_offset);
+        self.read_only_min_commit_log
+            .store(min_commit_log_offset, Ordering::Release);
         Ok(())
     }
 
@@ -253,6 +282,12 @@ impl ConsumeQueue {
 
     /// The minimum is the first unit of the first segment that is not a pre-blank.
     fn set_min_past_pre_blanks(&self) {
+        self.min_logic_offset
+            .store(self.min_past_pre_blanks(), Ordering::Release);
+    }
+
+    /// The first unit of the first segment that is not a pre-blank (logical bytes).
+    fn min_past_pre_blanks(&self) -> i64 {
         let mut min = self.queue.min_offset().max(0);
         if let Some(first) = self.queue.first() {
             let data = first.read_from(0).unwrap_or(&[]);
@@ -262,7 +297,7 @@ impl ConsumeQueue {
             }
             min = first.file_from_offset() + pos as i64;
         }
-        self.min_logic_offset.store(min, Ordering::Release);
+        min
     }
 
     /// Removes an empty last segment the load set aside (see
@@ -482,12 +517,61 @@ impl ConsumeQueue {
         }
     }
 
+    /// `deleteExpiredFile(offset)`: removes the leading segments (never the last) whose last
+    /// unit points below `min_commit_log_offset` (`deleteExpiredFileByOffset`, each held one
+    /// waiting at most [`CQ_DESTROY_FORCIBLY_MS`]), then moves the minimum
+    /// (`correctMinOffset`). Returns how many segment files were removed.
+    pub(crate) fn delete_expired(&self, min_commit_log_offset: i64) -> Result<usize> {
+        let size = self.queue.file_size();
+        let now = crate::file::mapped_file_queue::now_ms();
+        let (retried, held) = self.queue.retry_hanged(CQ_DESTROY_FORCIBLY_MS, now)?;
+        let mut removed = retried.len();
+        if !held {
+            loop {
+                let step = self.queue.delete_first_if(
+                    |f| {
+                        f.read(size - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE)
+                            // A segment of pre-blank units (phy offset 0) holds nothing either.
+                            .is_some_and(|b| {
+                                CqUnit::decode(0, b).phy_offset < min_commit_log_offset
+                            })
+                    },
+                    CQ_DESTROY_FORCIBLY_MS,
+                    now,
+                )?;
+                match step {
+                    FrontDeletion::Deleted(_) => removed += 1,
+                    FrontDeletion::Held(_) | FrontDeletion::Kept => break,
+                }
+            }
+        }
+        // Units in segments gone from the queue are no longer readable.
+        let first = self.queue.min_offset();
+        if first > 0 {
+            self.min_logic_offset.fetch_max(first, Ordering::AcqRel);
+        }
+        self.correct_min_offset(min_commit_log_offset);
+        Ok(removed)
+    }
+
+    /// Removes the files of segments whose deletion waited for a reader (at close).
+    pub(crate) fn remove_hanged(&self) {
+        self.queue.remove_hanged();
+    }
+
     /// `correctMinOffset`: moves the minimum to the first unit whose record is at or after the
     /// commitlog's minimum offset.
     pub(crate) fn correct_min_offset(&self, min_commit_log_offset: i64) {
         let min = self.min_offset();
         let max = self.max_offset();
         if min >= max {
+            return;
+        }
+        // Still right (units are in commitlog order): nothing to search.
+        if self
+            .get(min)
+            .is_some_and(|u| !u.is_pre_blank() && u.phy_offset >= min_commit_log_offset)
+        {
             return;
         }
         match self.get(max - 1) {
@@ -686,6 +770,55 @@ mod tests {
         assert_eq!(&bytes[8..12], &100i32.to_be_bytes());
         assert_eq!(&bytes[12..20], &10i64.to_be_bytes());
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// MappedFileQueueTest.testDeleteExpiredFileByOffset, on a consume queue: 2048 units
+    /// (phy offsets 0..2047, 256 a segment); while a reader holds the first segment nothing is
+    /// removed (it leaves the readable set, and the minimum moves past it); once released,
+    /// every segment but the last goes, since all point below 20480.
+    #[test]
+    fn delete_expired_by_offset_like_mapped_file_queue_test() {
+        let d = tmp("by-offset");
+        let cq = ConsumeQueue::load("T", 0, &d, 5120).unwrap();
+        unsafe { cq.recover() }.unwrap();
+        for i in 0..2048 {
+            assert!(cq.put(i, 1, 0, i).unwrap());
+        }
+        assert_eq!(cq.segment_paths().len(), 8);
+        let paths = cq.segment_paths();
+        let held = cq.queue.first().unwrap();
+        assert_eq!(cq.delete_expired(20480).unwrap(), 0);
+        assert!(paths[0].exists(), "held: its file stays");
+        assert_eq!(cq.queue.hanged_paths(), vec![paths[0].clone()]);
+        // No unit points at or above 20480: the minimum is the queue's end.
+        assert_eq!((cq.min_offset(), cq.max_offset()), (2048, 2048));
+        drop(held);
+        assert_eq!(cq.delete_expired(20480).unwrap(), 7);
+        assert!(cq.queue.first().unwrap().file_from_offset() > 0);
+        assert_eq!(cq.segment_paths(), vec![paths[7].clone()]);
+        assert!(paths[..7].iter().all(|p| !p.exists()));
+        // Some units still valid: the minimum is the first of them.
+        let d2 = tmp("by-offset-2");
+        let cq = ConsumeQueue::load("T", 0, &d2, 5120).unwrap();
+        unsafe { cq.recover() }.unwrap();
+        for i in 0..2048 {
+            cq.put(i * 10, 10, 0, i).unwrap();
+        }
+        // Units 0..=599 point below 6000: segments 0 and 1 (units 0..511) go.
+        assert_eq!(cq.delete_expired(6000).unwrap(), 2);
+        assert_eq!((cq.min_offset(), cq.max_offset()), (600, 2048));
+        assert!(cq.get(599).is_none());
+        assert_eq!(cq.get(600).unwrap().phy_offset, 6000);
+        assert_eq!(cq.delete_expired(6000).unwrap(), 0);
+        // Reloaded: the same minimum once corrected again (as the store does at open).
+        drop(cq);
+        let cq = ConsumeQueue::load("T", 0, &d2, 5120).unwrap();
+        unsafe { cq.recover() }.unwrap();
+        assert_eq!(cq.min_offset(), 512);
+        cq.correct_min_offset(6000);
+        assert_eq!(cq.min_offset(), 600);
+        let _ = std::fs::remove_dir_all(&d);
+        let _ = std::fs::remove_dir_all(&d2);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! - `timer.rs`: timer messages (the engine's rounds, cancellation);
 //! - here: the store's parts while open, the put path, flush, truncation and close.
 
+mod clean;
 mod hooks;
 mod open;
 mod queries;
@@ -425,6 +426,12 @@ impl MessageStore {
         };
         for f in open.commitlog.queue().files() {
             f.munlock();
+        }
+        // Segments a deletion took out while a reader held them go now (the readers keep
+        // their mappings): retention.
+        open.commitlog.queue().remove_hanged();
+        for cq in open.cqs.all() {
+            cq.remove_hanged();
         }
         drop(open);
         self.allocator.release_pool();
