@@ -372,3 +372,43 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+#[test]
+fn clean_expired_consumer_queues_after_the_cleaner_deleted_segments_while_open() {
+    let d = TempDir::new("topics", "expired-open");
+    let body = "y".repeat(900);
+    let store = MessageStore::open(d.path(), config()).unwrap();
+    for _ in 0..100 {
+        put(&store, "Old", 0, &body);
+        put(&store, "rmq_sys_old", 0, &body);
+    }
+    for _ in 0..100 {
+        put(&store, "Old", 1, &body);
+        put(&store, "New", 0, &body);
+    }
+    drain(&store);
+    let last_old0 = store.commit_log_offset_in_queue("Old", 0, 99).unwrap();
+    let expired = (last_old0 / (64 * 1024) + 1) as i32;
+    // Nothing expired yet: nothing to destroy.
+    assert!(store.clean_expired_consumer_queues().unwrap().is_empty());
+    let removed = store
+        .delete_expired_commit_log_files(0, 0, 0, true, expired)
+        .unwrap();
+    assert_eq!(removed.len() as i32, expired);
+    assert_eq!(
+        store.clean_expired_consumer_queues().unwrap(),
+        [("Old".to_owned(), 0)]
+    );
+    assert_eq!(store.next_queue_offset("Old", 0).unwrap(), 0);
+    assert_eq!(store.queue_ids("Old").unwrap(), [1]);
+    assert_eq!(put(&store, "Old", 0, "again"), 0);
+    drain(&store);
+    assert_eq!(bodies(&store, "Old", 0), [(0, "again".to_owned())]);
+    // Reopened: the queue made again is the only one (its old records are gone from the
+    // commitlog, so nothing brings them back).
+    store.close().unwrap();
+    drop(store);
+    let store = MessageStore::open(d.path(), config()).unwrap();
+    assert_eq!(bodies(&store, "Old", 0), [(0, "again".to_owned())]);
+    assert_eq!(store.next_queue_offset("Old", 0).unwrap(), 1);
+}
