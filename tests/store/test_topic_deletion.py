@@ -234,3 +234,29 @@ def test_clean_expired_consumer_queues_after_the_first_segments_went(
     assert store.wait_dispatched()
     assert bodies(store, "Old", 0) == [(0, b"again")]
     assert store.clean_expired_consumer_queues() == 0
+
+
+def test_clean_expired_consumer_queues_after_the_cleaner_removed_segments(
+    open_store, store_path: Path
+) -> None:
+    body = b"y" * 900
+    store = open_store()
+    for _ in range(100):
+        put(store, "Old", 0, body)
+    for _ in range(100):
+        put(store, "Old", 1, body)
+        put(store, "New", 0, body)
+    assert store.wait_dispatched()
+    store.commit_offset("grp", "Old", 0, 100)
+    expired = store.get_commit_log_offset_in_queue("Old", 0, 99) // (64 * 1024) + 1
+    assert store.clean_expired_consumer_queues() == 0
+    removed = store._core.delete_expired_commit_log_files(0, 0, 0, True, expired)
+    assert len(removed) == expired
+    # The cleaner's consume queue round first (as the clean service runs it), then this.
+    store._core.clean_consume_queues(0)
+    assert store.clean_expired_consumer_queues() == 1
+    assert store.queue_ids("Old") == [1]
+    assert store.query_offset("grp", "Old", 0) == -1
+    assert put(store, "Old", 0, b"again") == 0
+    assert store.wait_dispatched()
+    assert bodies(store, "Old", 0) == [(0, b"again")]
