@@ -80,7 +80,17 @@ impl MessageStore {
     /// exclusively, the commitlog durable and dispatched to its end.
     fn with_store_to_itself<T>(&self, what: &str, f: impl FnOnce(&Open) -> Result<T>) -> Result<T> {
         self.writable(what)?;
-        self.check_not_forked()?;
+        // Most of the forcing and dispatching first, while puts still go on: under the lock
+        // only what came meanwhile is left.
+        self.with_open(|o| -> Result<()> {
+            o.commitlog.flush_all()?;
+            while o.behind() > 0 {
+                if o.dispatch(OPEN_DISPATCH_CHUNK)?.bytes == 0 {
+                    break;
+                }
+            }
+            Ok(())
+        })??;
         let guard = self.state.write().unwrap_or_else(|p| p.into_inner());
         let Some(o) = guard.as_ref() else {
             return Err(StoreError::Closed);
