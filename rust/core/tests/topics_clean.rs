@@ -412,3 +412,30 @@ fn clean_expired_consumer_queues_after_the_cleaner_deleted_segments_while_open()
     assert_eq!(bodies(&store, "Old", 0), [(0, "again".to_owned())]);
     assert_eq!(store.next_queue_offset("Old", 0).unwrap(), 1);
 }
+
+#[test]
+fn a_topic_deleted_then_cut_away_by_truncate_files_is_put_to_again() {
+    let d = TempDir::new("topics", "truncate");
+    let store = MessageStore::open(d.path(), config()).unwrap();
+    put(&store, "Other", 0, "o");
+    let first_t = store
+        .put_message(&msg("T", 0, "old0"))
+        .unwrap()
+        .wrote_offset;
+    for i in 1..5 {
+        put(&store, "T", 0, &format!("old{i}"));
+    }
+    drain(&store);
+    assert_eq!(store.delete_topics(&["T"]).unwrap(), 1);
+    // The cut goes below the end the tombstone was set at: what is put from there on is the
+    // new topic's, and must be dispatched.
+    assert!(store.truncate_files(first_t).unwrap());
+    assert_eq!(put(&store, "T", 0, "new0"), 0);
+    drain(&store);
+    assert_eq!(bodies(&store, "T", 0), [(0, "new0".to_owned())]);
+    store.close().unwrap();
+    drop(store);
+    let store = MessageStore::open(d.path(), config()).unwrap();
+    assert_eq!(bodies(&store, "T", 0), [(0, "new0".to_owned())]);
+    assert_eq!(store.next_queue_offset("T", 0).unwrap(), 1);
+}

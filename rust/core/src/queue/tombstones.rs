@@ -165,6 +165,27 @@ impl Tombstones {
     }
 }
 
+impl Tombstones {
+    /// The commitlog was cut at `offset` (`truncate_files`, or recovery dropping a torn
+    /// tail): what is written from there on belongs to the topics as they are now, so no
+    /// tombstone may reach past it. Writes the file when one moved.
+    pub(crate) fn clamp_to(&self, offset: i64) -> Result<()> {
+        let mut table = self.table.write().unwrap_or_else(|p| p.into_inner());
+        if table.values().all(|at| *at <= offset) {
+            return Ok(());
+        }
+        let next: BTreeMap<String, i64> = table
+            .iter()
+            .map(|(t, at)| (t.clone(), (*at).min(offset)))
+            .collect();
+        if let Some(path) = &self.path {
+            write_file(path, &next)?;
+        }
+        *table = next;
+        Ok(())
+    }
+}
+
 fn write_file(path: &Path, table: &BTreeMap<String, i64>) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     if table.is_empty() {
@@ -219,6 +240,15 @@ mod tests {
         assert_eq!(
             t.snapshot().into_iter().collect::<Vec<_>>(),
             [("A".into(), 900)]
+        );
+        t.clamp_to(700).unwrap();
+        assert_eq!(
+            Tombstones::load(&d)
+                .unwrap()
+                .snapshot()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            [("A".into(), 700)]
         );
         t.update(&[], 0, 900).unwrap();
         assert!(t.snapshot().is_empty());

@@ -143,6 +143,7 @@ impl MessageStore {
         // the scan's start completes the topic-queue table (`recoverTopicQueueTable`).
         // SAFETY: the queues are not shared yet.
         unsafe { cqs.truncate_dirty(recovery.process_offset) }?;
+        cqs.tombstones().clamp_to(recovery.process_offset)?;
         commitlog.merge_queue_offsets(cqs.offset_table());
         cqs.correct_min_offsets(commitlog.min_offset().max(0));
         // Dispatch resumes after the last record the queues hold (everything, when the
