@@ -690,12 +690,14 @@ impl ConsumeQueue {
         Ok(())
     }
 
-    /// `ConsumeQueue.destroy`: deletes the queue's segments and its folder. Mappings stay valid
-    /// for whoever still holds this queue or one of its segments (a reader in flight reads the
-    /// units it had; nothing is unmapped under it); the store takes the queue out of its table
-    /// first, so no new reader or writer finds it.
+    /// `ConsumeQueue.destroy`: deletes the queue's segments (those waiting for a reader too)
+    /// and its folder, leaving the queue empty. Mappings stay valid for whoever still holds one
+    /// of its segments (nothing is unmapped under it); the store takes the queue out of its
+    /// table first, so no new reader or writer finds it.
     pub(crate) fn destroy(&self) -> Result<()> {
-        for f in self.queue.files() {
+        // Emptied first: a holder (a cleaning round with a list of the queues taken before)
+        // then finds no segment to delete, not even one of a queue made again at this path.
+        for f in self.queue.take_all() {
             f.destroy()?;
         }
         let dir = self.queue.dir();
@@ -867,6 +869,34 @@ mod tests {
             "{err}"
         );
         assert_eq!(cq.max_offset(), 1);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_destroyed_queue_held_by_a_cleaning_round_never_deletes_the_new_queue_files() {
+        let d = tmp("destroyed-held");
+        let old = ConsumeQueue::load("T", 0, &d, 200).unwrap();
+        unsafe { old.recover() }.unwrap();
+        for i in 0..25 {
+            old.put(i * 100, 100, 0, i).unwrap();
+        }
+        old.destroy().unwrap();
+        assert!(!d.exists());
+        // The topic is put to again: a new queue at the same folder, same file names.
+        let new = ConsumeQueue::load("T", 0, &d, 200).unwrap();
+        unsafe { new.recover() }.unwrap();
+        for i in 0..25 {
+            new.put(10_000 + i * 100, 100, 0, i).unwrap();
+        }
+        let paths = new.segment_paths();
+        // A round that listed the queues before the deletion cleans the old one now.
+        assert_eq!(old.delete_expired(1_000_000).unwrap(), 0);
+        old.remove_hanged();
+        assert!(
+            paths.iter().all(|p| p.exists()),
+            "a new queue's file was deleted"
+        );
+        assert_eq!(new.get(3).unwrap().phy_offset, 10_300);
         let _ = std::fs::remove_dir_all(&d);
     }
 
