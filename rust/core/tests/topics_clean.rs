@@ -100,6 +100,10 @@ fn delete_topics_like_default_message_store_test() {
         .collect();
     left.sort();
     assert_eq!(left, keep, "the deleted topics' folders are gone");
+    assert!(
+        !d.path().join("consumequeue.deleting").exists(),
+        "the folders moved aside are removed once the store is released"
+    );
     // The topic-queue table lost them: a put would start at 0.
     assert_eq!(store.next_queue_offset("topic-0", 2).unwrap(), 0);
     assert_eq!(store.next_queue_offset("topic-3", 2).unwrap(), 1);
@@ -438,4 +442,16 @@ fn a_topic_deleted_then_cut_away_by_truncate_files_is_put_to_again() {
     let store = MessageStore::open(d.path(), config()).unwrap();
     assert_eq!(bodies(&store, "T", 0), [(0, "new0".to_owned())]);
     assert_eq!(store.next_queue_offset("T", 0).unwrap(), 1);
+}
+
+#[test]
+fn folders_a_deletion_moved_aside_before_a_crash_are_removed_at_open() {
+    let d = TempDir::new("topics", "leftover");
+    drop(MessageStore::open(d.path(), config()).unwrap());
+    let left = d.path().join("consumequeue.deleting/T.1700000000000.0/0");
+    std::fs::create_dir_all(&left).unwrap();
+    std::fs::write(left.join("00000000000000000000"), [0u8; 40]).unwrap();
+    let store = MessageStore::open(d.path(), config()).unwrap();
+    assert!(!d.path().join("consumequeue.deleting").exists());
+    assert!(store.topics().unwrap().is_empty());
 }

@@ -694,6 +694,9 @@ impl ConsumeQueue {
     /// and its folder, leaving the queue empty. Mappings stay valid for whoever still holds one
     /// of its segments (nothing is unmapped under it); the store takes the queue out of its
     /// table first, so no new reader or writer finds it.
+    /// (The store moves the folder aside and unlinks it later instead: see
+    /// `store::topics_clean`.)
+    #[cfg(test)]
     pub(crate) fn destroy(&self) -> Result<()> {
         // Emptied first: a holder (a cleaning round with a list of the queues taken before)
         // then finds no segment to delete, not even one of a queue made again at this path.
@@ -706,6 +709,17 @@ impl ConsumeQueue {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(StoreError::io("cannot delete", dir, e)),
         }
+    }
+
+    /// Empties the queue (as [`ConsumeQueue::destroy`] does first) and returns its segments,
+    /// for a caller that moves the folder away and removes it later.
+    pub(crate) fn take_segments(&self) -> Vec<Arc<MappedFile>> {
+        self.queue.take_all()
+    }
+
+    /// The queue's folder.
+    pub(crate) fn dir(&self) -> &Path {
+        self.queue.dir()
     }
 
     /// Forces written units to disk; true iff nothing moved.

@@ -111,6 +111,7 @@ impl MessageStore {
         }
         before_changes()?;
         // Everything was found as expected: from here on, opening may change files.
+        super::topics_clean::remove_deleting_leftovers(root);
         let checkpoint = StoreCheckpoint::open(&root.join("checkpoint"))?;
         commitlog.queue().remove_empty_leftover()?;
         cqs.remove_empty_leftovers()?;

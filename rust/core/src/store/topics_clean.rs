@@ -10,7 +10,9 @@
 //!
 //! Each call runs alone: it takes the store's state lock exclusively (calls in flight finish
 //! first, puts and dispatch wait), makes the commitlog durable and dispatches it to its end
-//! before it looks at the queues. So no record of a deleted topic is left undispatched to
+//! before it looks at the queues (most of that forcing and dispatching is done just before,
+//! while puts still go on). The queues' folders are moved aside ([`DELETING_DIR`]) while the
+//! lock is held and unlinked once it is released. So no record of a deleted topic is left undispatched to
 //! come back later with its old queue offsets, no dispatch round writes into a queue being
 //! destroyed, and no reader is inside a queue while it goes (a reader holding a queue or a
 //! segment keeps its mapping: files are unlinked, never unmapped under it). A deleted topic's
@@ -24,11 +26,67 @@
 //! `clean_expired_consumer_queues` never touches a system topic's queues (`cleanExpired`).
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::error::{Result, StoreError};
+use crate::file::mapped_file::MappedFile;
+use crate::queue::consume_queue::ConsumeQueue;
 
 use super::{MessageStore, Open, OPEN_DISPATCH_CHUNK};
+
+/// Folder beside `consumequeue/` where the folders of deleted queues wait: moved there while
+/// the store is held (one rename a topic or queue), removed once it is released, so that puts
+/// do not wait for the files to be unlinked. A leftover (a crash meanwhile) goes at the next
+/// open.
+pub(crate) const DELETING_DIR: &str = "consumequeue.deleting";
+
+/// What a deletion leaves to remove once the store is released.
+#[derive(Default)]
+struct Leftovers {
+    dirs: Vec<PathBuf>,
+    /// The deleted queues' segments (their mappings go with them).
+    segments: Vec<Arc<MappedFile>>,
+}
+
+impl Leftovers {
+    fn remove(self, root: &Path) {
+        for d in &self.dirs {
+            if let Err(e) = std::fs::remove_dir_all(d) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    log::warn!(
+                        target: "rmqstore.topics",
+                        "cannot delete {} (the next open retries): {e}",
+                        d.display()
+                    );
+                }
+            }
+        }
+        drop(self.segments);
+        if !self.dirs.is_empty() {
+            delete_empty_dir(&root.join(DELETING_DIR));
+        }
+    }
+}
+
+/// Removes what a deletion left behind when the process stopped before it could (at open).
+pub(crate) fn remove_deleting_leftovers(root: &Path) {
+    let dir = root.join(DELETING_DIR);
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => log::info!(
+            target: "rmqstore.topics",
+            "removed {} (queues deleted before the last stop)",
+            dir.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => log::warn!(
+            target: "rmqstore.topics",
+            "cannot delete {}: {e}",
+            dir.display()
+        ),
+    }
+}
 
 /// `TopicValidator.SYSTEM_TOPIC_SET` (RocketMQ 5.5.1).
 const SYSTEM_TOPICS: [&str; 12] = [
@@ -78,7 +136,11 @@ fn delete_empty_dir(dir: &Path) {
 impl MessageStore {
     /// Runs `f` with the store to itself (see the module documentation): the state lock held
     /// exclusively, the commitlog durable and dispatched to its end.
-    fn with_store_to_itself<T>(&self, what: &str, f: impl FnOnce(&Open) -> Result<T>) -> Result<T> {
+    fn with_store_to_itself<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&Open, &mut Leftovers) -> Result<T>,
+    ) -> Result<T> {
         self.writable(what)?;
         // Most of the forcing and dispatching first, while puts still go on: under the lock
         // only what came meanwhile is left.
@@ -102,7 +164,59 @@ impl MessageStore {
                 break;
             }
         }
-        f(o)
+        let mut left = Leftovers::default();
+        let out = f(o, &mut left);
+        drop(guard);
+        left.remove(&self.root);
+        out
+    }
+
+    /// Moves the folder `dir` of the (already emptied from the table) `queues` into
+    /// [`DELETING_DIR`], for [`Leftovers::remove`]; where it cannot be moved, deletes it here.
+    fn move_away(
+        &self,
+        dir: &Path,
+        queues: &[Arc<ConsumeQueue>],
+        left: &mut Leftovers,
+    ) -> Result<()> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let segments: Vec<Arc<MappedFile>> =
+            queues.iter().flat_map(|cq| cq.take_segments()).collect();
+        let trash = self.root.join(DELETING_DIR);
+        let name = format!(
+            "{}.{}.{}",
+            dir.strip_prefix(self.root.join("consumequeue"))
+                .unwrap_or(dir)
+                .to_string_lossy()
+                .replace('/', "."),
+            crate::util::now_millis(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let target = trash.join(name);
+        let moved = std::fs::create_dir_all(&trash).and_then(|()| std::fs::rename(dir, &target));
+        match moved {
+            Ok(()) => {
+                left.dirs.push(target);
+                left.segments.extend(segments);
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !dir.exists() => Ok(()),
+            Err(e) => {
+                log::warn!(
+                    target: "rmqstore.topics",
+                    "cannot move {} aside ({e}): deleting it now",
+                    dir.display()
+                );
+                for f in &segments {
+                    f.destroy()?;
+                }
+                match std::fs::remove_dir_all(dir) {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(StoreError::io("cannot delete", dir, e)),
+                }
+            }
+        }
     }
 
     /// `DefaultMessageStore.deleteTopics`: removes every consume queue of each topic named
@@ -133,8 +247,8 @@ impl MessageStore {
         if wanted.is_empty() {
             return Ok(0);
         }
-        self.with_store_to_itself("delete_topics", |o| {
-            Ok(self.delete_topics_in(o, &wanted)?.len())
+        self.with_store_to_itself("delete_topics", |o, left| {
+            Ok(self.delete_topics_in(o, &wanted, left)?.len())
         })
     }
 
@@ -142,14 +256,14 @@ impl MessageStore {
     /// every topic with consume queues that `keep` does not name, except system and LMQ
     /// topics. Returns the topics deleted, sorted.
     pub fn clean_unused_topics(&self, keep: &HashSet<String>) -> Result<Vec<String>> {
-        self.with_store_to_itself("clean_unused_topics", |o| {
+        self.with_store_to_itself("clean_unused_topics", |o, left| {
             let unused: Vec<String> = o
                 .cqs
                 .topics()
                 .into_iter()
                 .filter(|t| !keep.contains(t) && !is_system_topic(t) && !is_lmq_topic(t))
                 .collect();
-            self.delete_topics_in(o, &unused)
+            self.delete_topics_in(o, &unused, left)
         })
     }
 
@@ -160,7 +274,7 @@ impl MessageStore {
     /// topic's folder once it has no queue left. Queues that index nothing yet are kept.
     /// Returns the queues destroyed, as (topic, queue id), sorted.
     pub fn clean_expired_consumer_queues(&self) -> Result<Vec<(String, i32)>> {
-        self.with_store_to_itself("clean_expired_consumer_queues", |o| {
+        self.with_store_to_itself("clean_expired_consumer_queues", |o, left| {
             let min = o.commitlog.min_offset();
             let mut destroyed = Vec::new();
             let mut first_error = None;
@@ -183,7 +297,7 @@ impl MessageStore {
                     .cqs
                     .remove_queue(topic, queue_id)
                     .is_some_and(|(_, gone)| gone);
-                if let Err(e) = cq.destroy() {
+                if let Err(e) = self.move_away(cq.dir(), std::slice::from_ref(&cq), left) {
                     first_error.get_or_insert(e);
                 }
                 if topic_gone {
@@ -200,7 +314,12 @@ impl MessageStore {
     }
 
     /// Deletes the topics of `topics` that have consume queues; returns those.
-    fn delete_topics_in(&self, o: &Open, topics: &[String]) -> Result<Vec<String>> {
+    fn delete_topics_in(
+        &self,
+        o: &Open,
+        topics: &[String],
+        left: &mut Leftovers,
+    ) -> Result<Vec<String>> {
         let present: Vec<String> = topics
             .iter()
             .filter(|t| !o.cqs.queue_ids(t).is_empty())
@@ -217,18 +336,18 @@ impl MessageStore {
             .update(&present, end, o.commitlog.min_offset())?;
         let mut first_error = None;
         for topic in &present {
-            for cq in o.cqs.remove_topic(topic) {
+            let queues = o.cqs.remove_topic(topic);
+            for cq in &queues {
                 o.commitlog.remove_queue_offset(topic, cq.queue_id());
-                if let Err(e) = cq.destroy() {
-                    first_error.get_or_insert(e);
-                }
                 log::info!(
                     target: "rmqstore.topics",
                     "DeleteTopic: ConsumeQueue has been cleaned, topic={topic}, queueId={}",
                     cq.queue_id()
                 );
             }
-            delete_empty_dir(&o.cqs.topic_dir(topic));
+            if let Err(e) = self.move_away(&o.cqs.topic_dir(topic), &queues, left) {
+                first_error.get_or_insert(e);
+            }
             log::info!(
                 target: "rmqstore.topics",
                 "DeleteTopic: Topic has been destroyed, topic={topic}"
