@@ -100,10 +100,57 @@ fn main() {
     let t = Instant::now();
     store.flush().expect("flush");
     let flush = t.elapsed();
+    // A producer of another topic runs meanwhile: its slowest put is the time it waited.
+    let store = std::sync::Arc::new(store);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut slowest = Duration::ZERO;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                store.put_message(&msg("Other", 0)).expect("put");
+                slowest = slowest.max(t.elapsed());
+            }
+            slowest
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
     let t = Instant::now();
     assert_eq!(store.delete_topics(&["Doomed"]).expect("delete"), 1);
     let delete = t.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let slowest = producer.join().expect("producer");
+    // The same producer as long again without a deletion (dispatch as the deletion did it).
+    stop.store(false, std::sync::atomic::Ordering::Relaxed);
+    let producer = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut slowest = Duration::ZERO;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                store.put_message(&msg("Other", 0)).expect("put");
+                slowest = slowest.max(t.elapsed());
+            }
+            slowest
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    while t.elapsed() < delete {
+        store.flush().expect("flush");
+        drain(&store);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let baseline = producer.join().expect("producer");
+    let store = std::sync::Arc::try_unwrap(store).expect("one owner");
     println!("flush before it: {:.1} ms", flush.as_secs_f64() * 1e3);
+    println!(
+        "slowest put of another topic meanwhile: {:.1} ms (without a deletion, flushing and \
+         dispatching as long: {:.1} ms)",
+        slowest.as_secs_f64() * 1e3,
+        baseline.as_secs_f64() * 1e3
+    );
     println!(
         "delete_topics of 64 queues, {n} messages: {:.1} ms; put_message of them {:.1} ms \
          (delete / put {:.4})",
