@@ -408,10 +408,14 @@ class TopicConfigService(ServiceThread):
         self._core = core
         self.manager = manager
         self.rounds = 0
+        #: Held by a check from the look at the queues to the write, and by a topic deletion
+        #: (so that a check never writes back a topic deleted after it looked).
+        self.sync_lock = threading.Lock()
 
     def sync(self) -> bool:
         """One check; returns whether the file was written."""
-        return self.manager.cover(queues_with_messages(self._core))
+        with self.sync_lock:
+            return self.manager.cover(queues_with_messages(self._core))
 
     def run_once(self) -> bool:
         if self._stopped.wait(self.interval):

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._configfile import ConfigManager, UndecodableError, dump_json, is_json_int
@@ -251,6 +251,41 @@ class ConsumerOffsetManager(ConfigManager[tuple[dict[str, Any], "_Table"]]):
             # (that error says the commit is not known to be durable; a reload would see it).
             self._table = table
             self._file.sync_dir()
+
+    # -- removal ---------------------------------------------------------------------------
+
+    def clean_offsets(self, queues: Mapping[str, Iterable[int] | None]) -> int:
+        """Forgets committed offsets of every group: of every queue of a topic mapped to
+        ``None`` (the broker's ``ConsumerOffsetManager.cleanOffsetByTopic``, which a topic's
+        deletion calls), or of the queue ids given. One durable write when something was
+        removed; returns how many group-and-topic entries changed."""
+        wanted: dict[str, frozenset[int] | None] = {}
+        for topic, ids in queues.items():
+            if not isinstance(topic, str):
+                raise ArgumentTypeError(f"topic must be a str, not {type(topic).__name__}")
+            wanted[topic] = None if ids is None else frozenset(ids)
+        with self._lock:
+            self._check_open()
+            table = dict(self._table)
+            changed = 0
+            for key, entry in self._table.items():
+                topic, group = _split(key)
+                if group is None or topic not in wanted:
+                    continue
+                ids = wanted[topic]
+                kept = {} if ids is None else {q: o for q, o in entry.items() if q not in ids}
+                if len(kept) == len(entry):
+                    continue
+                changed += 1
+                if kept:
+                    table[key] = kept
+                else:
+                    del table[key]
+            if changed:
+                self._file.replace(_encode(self._extra, table))
+                self._table = table
+                self._file.sync_dir()
+        return changed
 
     # -- query -----------------------------------------------------------------------------
 

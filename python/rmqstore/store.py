@@ -28,6 +28,7 @@ from ._services import (
     ServiceThread,
     TopicConfigService,
 )
+from ._store_topics import TopicDeletionMixin
 from ._store_transactions import TransactionsMixin
 from ._timer import timer_services
 from ._transaction import TransactionalOpBatchService, TransactionCheckService
@@ -87,7 +88,7 @@ def _resource_error(exc: BaseException, doing: str) -> BaseException:
     return exc
 
 
-class MessageStore(TransactionsMixin, CleaningMixin):
+class MessageStore(TransactionsMixin, CleaningMixin, TopicDeletionMixin):
     """A message store in one folder, in Apache RocketMQ's on-disk format.
 
     Opening takes the folder's ``lock`` (a second open, here or in another process, raises

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._configfile import ConfigManager, UndecodableError, dump_json, is_json_int
@@ -228,6 +228,25 @@ class TopicConfigManager(ConfigManager[tuple[dict[str, Any], dict[str, dict[str,
             " ..." if len(changes) > 20 else "",
         )
         return True
+
+    def delete_topic_configs(self, topics: Iterable[str]) -> list[str]:
+        """Removes the entries of ``topics`` (the broker's ``deleteTopicConfig``, which a
+        topic's deletion calls) and writes the file (durably) when one was there; returns the
+        topics whose entries went, sorted."""
+        with self._lock:
+            self._check_open()
+            gone = sorted({t for t in topics if t in self._table})
+            if not gone:
+                return []
+            table = {name: entry for name, entry in self._table.items() if name not in gone}
+            doc = dict(self._doc)
+            doc["dataVersion"] = _next_version(doc.get("dataVersion"))
+            self._file.replace(_encode(doc, table))
+            self._doc, self._table = doc, table
+            self.writes += 1
+            self._file.sync_dir()
+        logger.info("topic config: %s no longer lists %s", self._file.path, ", ".join(gone[:20]))
+        return gone
 
 
 def _copy(entry: dict[str, Any]) -> dict[str, Any]:

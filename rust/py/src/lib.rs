@@ -12,6 +12,7 @@ mod schedule;
 mod steps;
 mod store;
 mod timer;
+mod topics_clean;
 mod transaction;
 mod transaction_check;
 

@@ -117,6 +117,18 @@ impl PutState {
 }
 
 impl CommitLog {
+    /// `removeQueueFromTopicQueueTable`: the next put to `topic`/`queue_id` gets queue offset
+    /// 0 (the queue was deleted).
+    pub(crate) fn remove_queue_offset(&self, topic: &str, queue_id: i32) {
+        let mut st = self.put.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(queues) = st.queue_offsets.get_mut(topic) {
+            queues.remove(&queue_id);
+            if queues.is_empty() {
+                st.queue_offsets.remove(topic);
+            }
+        }
+    }
+
     pub(super) fn lock_put(&self) -> MutexGuard<'_, PutState> {
         let g = self.put.lock().unwrap_or_else(|p| p.into_inner());
         self.begin_time_in_lock

@@ -102,10 +102,14 @@ impl CommitLog {
     /// # Safety
     /// Nothing else may use the commitlog until this returns (the store is opening and has not
     /// been shared): it cuts the segments, and a reader or appender would share the bytes cut.
+    ///
+    /// Records `deleted(topic, offset)` names (a deleted topic's, see `queue::tombstones`) are
+    /// left out of the topic-queue table.
     pub(crate) unsafe fn recover(
         &self,
         check_crc: bool,
         start: RecoveryStart,
+        deleted: impl Fn(&str, i64) -> bool,
     ) -> Result<RecoveryReport> {
         let files = self.queue.files();
         let mut report = RecoveryReport::default();
@@ -132,11 +136,10 @@ impl CommitLog {
                             sysflag::TRANSACTION_NOT_TYPE | sysflag::TRANSACTION_COMMIT_TYPE
                         ) && queue_fields_are_legal(d.topic, d.queue_id, d.queue_offset)
                         {
-                            table.raise_queue_offset(
-                                &d.topic_str(),
-                                d.queue_id,
-                                d.queue_offset + 1,
-                            );
+                            let topic = d.topic_str();
+                            if !deleted(&topic, here) {
+                                table.raise_queue_offset(&topic, d.queue_id, d.queue_offset + 1);
+                            }
                         }
                     }
                     RecordCheck::Blank { .. } => {

@@ -161,6 +161,11 @@ pub(crate) struct CqBatch {
     run: Option<(u64, i32)>,
     /// The last run is of the schedule topic (the topic is compared once per run).
     schedule_run: bool,
+    /// The last run's topic was deleted: its records below this offset are passed over
+    /// (`i64::MIN` when it has no tombstone; looked up once per run).
+    floor: i64,
+    /// The last run's queue is in `runs`.
+    run_open: bool,
     /// The last TAGS value and its code (tags repeat from message to message).
     last_tags: Vec<u8>,
     last_tags_code: i64,
@@ -195,9 +200,18 @@ impl DispatchSink for ConsumeQueueSink {
             return Ok(());
         }
         let run = Some((message.topic_run, d.queue_id));
-        if cq.run != run || cq.runs.is_empty() {
+        if cq.run != run {
             cq.run = run;
             cq.schedule_run = message.topic == SCHEDULE_TOPIC;
+            cq.floor = self.cqs.tombstones().floor(message.topic);
+            cq.run_open = false;
+        }
+        if d.physical_offset < cq.floor {
+            // A record of a topic deleted after it was stored (see `queue::tombstones`).
+            return Ok(());
+        }
+        if !cq.run_open || cq.runs.is_empty() {
+            cq.run_open = true;
             cq.runs
                 .push((self.cqs.find_or_create(message.topic, d.queue_id)?, 0));
         }

@@ -460,6 +460,15 @@ impl MappedFileQueue {
         Ok(true)
     }
 
+    /// Empties the queue: every segment and every hanged one taken out, returned for the
+    /// caller to delete (`ConsumeQueue.destroy`). Whoever still holds this queue finds nothing
+    /// in it afterwards, so it can never delete a file a new queue made at the same path.
+    pub(crate) fn take_all(&self) -> Vec<Arc<MappedFile>> {
+        let mut all = std::mem::take(&mut *self.write_files());
+        all.extend(std::mem::take(&mut *self.lock_hanged()));
+        all
+    }
+
     fn lock_hanged(&self) -> std::sync::MutexGuard<'_, Vec<Arc<MappedFile>>> {
         self.hanged.lock().unwrap_or_else(|p| p.into_inner())
     }

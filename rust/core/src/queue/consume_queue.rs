@@ -25,9 +25,19 @@ pub(crate) struct ConsumeQueue {
     /// Read-only queues (another process dispatches): the logical end checked so far; -1 for
     /// a queue this process writes.
     read_only_end: AtomicI64,
+    /// Read-only queues: the folder's (device, inode) when loaded, to notice the writer
+    /// deleting the queue (and perhaps making it again).
+    folder_id: Option<(u64, u64)>,
+    /// When the folder was last found current (ms), so that busy readers look at most every
+    /// [`FOLDER_CHECK_MS`].
+    folder_checked_ms: AtomicI64,
     /// Read-only queues: the commitlog minimum the last refresh corrected the minimum for.
     read_only_min_commit_log: AtomicI64,
 }
+
+/// How long a read-only queue trusts its last look at its folder: a queue the writer deleted
+/// is noticed by reads within this time.
+const FOLDER_CHECK_MS: i64 = 10;
 
 /// How long a consume queue segment a reader still holds may wait before its deletion goes
 /// ahead anyway (`deleteExpiredFileByOffset` destroys with `1000 * 60`).
@@ -68,8 +78,37 @@ impl ConsumeQueue {
             max_physic_offset: AtomicI64::new(-1),
             min_logic_offset: AtomicI64::new(0),
             read_only_end: AtomicI64::new(read_only_end),
+            folder_id: None,
+            folder_checked_ms: AtomicI64::new(i64::MIN),
             read_only_min_commit_log: AtomicI64::new(-1),
         }
+    }
+
+    fn folder_id_of(dir: &Path) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+    }
+
+    /// Read-only queues: false once the writer deleted the queue's folder (and perhaps made
+    /// a new one, a new queue): this one is then gone (noticed within [`FOLDER_CHECK_MS`]).
+    /// Always true for a queue this process writes.
+    pub(crate) fn folder_is_current(&self) -> bool {
+        let Some(id) = self.folder_id else {
+            return self.read_only_end.load(Ordering::Relaxed) < 0;
+        };
+        let now = crate::util::now_millis();
+        let checked = self.folder_checked_ms.load(Ordering::Relaxed);
+        if now
+            .checked_sub(checked)
+            .is_some_and(|d| (0..FOLDER_CHECK_MS).contains(&d))
+        {
+            return true;
+        }
+        let current = Self::folder_id_of(self.queue.dir()) == Some(id);
+        if current {
+            self.folder_checked_ms.store(now, Ordering::Relaxed);
+        }
+        current
     }
 
     /// Opens a queue another process writes, for reading only (nothing is created or changed).
@@ -80,8 +119,11 @@ impl ConsumeQueue {
         dir: &Path,
         file_size: i64,
     ) -> Result<ConsumeQueue> {
+        let folder_id = Self::folder_id_of(dir);
         let queue = MappedFileQueue::load_read_only(dir, file_size)?;
-        Ok(Self::over(topic, queue_id, queue, 0))
+        let mut cq = Self::over(topic, queue_id, queue, 0);
+        cq.folder_id = folder_id;
+        Ok(cq)
     }
 
     /// Read-only queues: extends the readable end over the units dispatched since the last
@@ -660,6 +702,38 @@ impl ConsumeQueue {
         Ok(())
     }
 
+    /// `ConsumeQueue.destroy`: deletes the queue's segments (those waiting for a reader too)
+    /// and its folder, leaving the queue empty. Mappings stay valid for whoever still holds one
+    /// of its segments (nothing is unmapped under it); the store takes the queue out of its
+    /// table first, so no new reader or writer finds it.
+    /// (The store moves the folder aside and unlinks it later instead: see
+    /// `store::topics_clean`.)
+    #[cfg(test)]
+    pub(crate) fn destroy(&self) -> Result<()> {
+        // Emptied first: a holder (a cleaning round with a list of the queues taken before)
+        // then finds no segment to delete, not even one of a queue made again at this path.
+        for f in self.queue.take_all() {
+            f.destroy()?;
+        }
+        let dir = self.queue.dir();
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::io("cannot delete", dir, e)),
+        }
+    }
+
+    /// Empties the queue (as [`ConsumeQueue::destroy`] does first) and returns its segments,
+    /// for a caller that moves the folder away and removes it later.
+    pub(crate) fn take_segments(&self) -> Vec<Arc<MappedFile>> {
+        self.queue.take_all()
+    }
+
+    /// The queue's folder.
+    pub(crate) fn dir(&self) -> &Path {
+        self.queue.dir()
+    }
+
     /// Forces written units to disk; true iff nothing moved.
     pub(crate) fn flush(&self, least_pages: i64) -> Result<bool> {
         self.queue.flush(least_pages)
@@ -860,6 +934,34 @@ mod tests {
             "{err}"
         );
         assert_eq!(cq.max_offset(), 1);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_destroyed_queue_held_by_a_cleaning_round_never_deletes_the_new_queue_files() {
+        let d = tmp("destroyed-held");
+        let old = ConsumeQueue::load("T", 0, &d, 200).unwrap();
+        unsafe { old.recover() }.unwrap();
+        for i in 0..25 {
+            old.put(i * 100, 100, 0, i).unwrap();
+        }
+        old.destroy().unwrap();
+        assert!(!d.exists());
+        // The topic is put to again: a new queue at the same folder, same file names.
+        let new = ConsumeQueue::load("T", 0, &d, 200).unwrap();
+        unsafe { new.recover() }.unwrap();
+        for i in 0..25 {
+            new.put(10_000 + i * 100, 100, 0, i).unwrap();
+        }
+        let paths = new.segment_paths();
+        // A round that listed the queues before the deletion cleans the old one now.
+        assert_eq!(old.delete_expired(1_000_000).unwrap(), 0);
+        old.remove_hanged();
+        assert!(
+            paths.iter().all(|p| p.exists()),
+            "a new queue's file was deleted"
+        );
+        assert_eq!(new.get(3).unwrap().phy_offset, 10_300);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 use crate::error::{Result, StoreError};
 use crate::format::{topic_is_legal, CQ_STORE_UNIT_SIZE};
 use crate::queue::consume_queue::ConsumeQueue;
+use crate::queue::tombstones::Tombstones;
 
 pub(crate) struct ConsumeQueueStore {
     dir: PathBuf,
@@ -15,6 +16,8 @@ pub(crate) struct ConsumeQueueStore {
     queues: RwLock<HashMap<String, BTreeMap<i32, Arc<ConsumeQueue>>>>,
     /// Another process writes these queues (a read-only store).
     read_only: bool,
+    /// Deleted topics whose old records dispatch passes over (see [`Tombstones`]).
+    tombstones: Tombstones,
 }
 
 impl std::fmt::Debug for ConsumeQueueStore {
@@ -55,8 +58,12 @@ fn list_queues(dir: &Path) -> Result<Vec<(String, i32, PathBuf)>> {
                 "unexpected entry in consumequeue/ (expected topic folders, not links or files)",
             ));
         }
-        let queues =
-            std::fs::read_dir(&tpath).map_err(|e| StoreError::io("cannot list", &tpath, e))?;
+        let queues = match std::fs::read_dir(&tpath) {
+            Ok(q) => q,
+            // Deleted meanwhile (a writer deleting the topic while a read-only store looks).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(StoreError::io("cannot list", &tpath, e)),
+        };
         for q in queues {
             let q = q.map_err(|e| StoreError::io("cannot list", &tpath, e))?;
             let qpath = q.path();
@@ -94,6 +101,7 @@ impl ConsumeQueueStore {
             file_size,
             queues: RwLock::new(queues),
             read_only: false,
+            tombstones: Tombstones::default(),
         })
     }
 
@@ -105,9 +113,52 @@ impl ConsumeQueueStore {
             file_size: units_per_file * CQ_STORE_UNIT_SIZE,
             queues: RwLock::new(HashMap::new()),
             read_only: true,
+            tombstones: Tombstones::default(),
         };
         store.discover()?;
         Ok(store)
+    }
+
+    /// The store with these tombstones of deleted topics (set while opening).
+    pub(crate) fn with_tombstones(mut self, tombstones: Tombstones) -> Self {
+        self.tombstones = tombstones;
+        self
+    }
+
+    /// Tombstones of deleted topics (see [`Tombstones`]).
+    pub(crate) fn tombstones(&self) -> &Tombstones {
+        &self.tombstones
+    }
+
+    /// The folder of `topic`'s queues.
+    pub(crate) fn topic_dir(&self, topic: &str) -> PathBuf {
+        self.dir.join(topic)
+    }
+
+    /// Takes every queue of `topic` out of the table (the files stay: see
+    /// [`ConsumeQueue::destroy`]); the queues, by queue id.
+    pub(crate) fn remove_topic(&self, topic: &str) -> Vec<Arc<ConsumeQueue>> {
+        let mut all = self.queues.write().unwrap_or_else(|p| p.into_inner());
+        all.remove(topic)
+            .map(|q| q.into_values().collect())
+            .unwrap_or_default()
+    }
+
+    /// Takes queue `topic`/`queue_id` out of the table, and the topic once it has no queue
+    /// left; returns the queue and whether the topic went with it.
+    pub(crate) fn remove_queue(
+        &self,
+        topic: &str,
+        queue_id: i32,
+    ) -> Option<(Arc<ConsumeQueue>, bool)> {
+        let mut all = self.queues.write().unwrap_or_else(|p| p.into_inner());
+        let queues = all.get_mut(topic)?;
+        let cq = queues.remove(&queue_id)?;
+        let topic_gone = queues.is_empty();
+        if topic_gone {
+            all.remove(topic);
+        }
+        Some((cq, topic_gone))
     }
 
     /// Read-only stores: adds the queues whose folders appeared since the last look.
@@ -117,6 +168,12 @@ impl ConsumeQueueStore {
         }
         let found = list_queues(&self.dir)?;
         let mut all = self.queues.write().unwrap_or_else(|p| p.into_inner());
+        // Queues the writer deleted (`delete_topics`, `clean_expired_consumer_queues`) are
+        // forgotten; a folder made again is a new queue.
+        for queues in all.values_mut() {
+            queues.retain(|_, cq| cq.folder_is_current());
+        }
+        all.retain(|_, queues| !queues.is_empty());
         for (topic, qid, qpath) in found {
             if all.get(&topic).is_some_and(|q| q.contains_key(&qid)) {
                 continue;

@@ -22,6 +22,7 @@ mod schedule;
 mod services;
 mod state;
 mod timer;
+mod topics_clean;
 mod transaction;
 mod transaction_check;
 
@@ -341,6 +342,8 @@ impl MessageStore {
         // SAFETY: the state's write lock is held: no other call is in flight, and no call
         // leaves a slice of the commitlog behind.
         unsafe { o.commitlog.truncate(offset, o.cqs.offset_table()) }?;
+        // Deleted topics' tombstones end at the cut: what is put from there on is new.
+        o.cqs.tombstones().clamp_to(offset)?;
         {
             let mut from = o.reput_from.lock().unwrap_or_else(|p| p.into_inner());
             *from = resume.max(o.commitlog.min_offset().max(0));

@@ -82,10 +82,14 @@ impl MessageStore {
         if let Err(e) = commitlog.refresh_disk_full() {
             log::warn!(target: "rmqstore.disk", "cannot read disk usage: {e}");
         }
-        let cqs = Arc::new(ConsumeQueueStore::load(
-            &root.join("consumequeue"),
-            config.consume_queue_units_per_file(),
-        )?);
+        let tombstones = crate::queue::tombstones::Tombstones::load(&root.join("config"))?;
+        let cqs = Arc::new(
+            ConsumeQueueStore::load(
+                &root.join("consumequeue"),
+                config.consume_queue_units_per_file(),
+            )?
+            .with_tombstones(tombstones),
+        );
         machine.transit(StoreState::LoadConsumeQueueOk)?;
         machine.transit(StoreState::LoadCompactionOk)?;
         let index = if config.message_index_enable {
@@ -107,6 +111,7 @@ impl MessageStore {
         }
         before_changes()?;
         // Everything was found as expected: from here on, opening may change files.
+        super::topics_clean::remove_deleting_leftovers(root);
         let checkpoint = StoreCheckpoint::open(&root.join("checkpoint"))?;
         commitlog.queue().remove_empty_leftover()?;
         cqs.remove_empty_leftovers()?;
@@ -130,13 +135,16 @@ impl MessageStore {
         };
         // SAFETY: the commitlog was loaded just now and is not shared yet: nothing else reads
         // or appends to it.
-        let mut recovery = unsafe { commitlog.recover(config.check_crc_on_recover, start) }?;
+        let deleted = |topic: &str, at: i64| cqs.tombstones().covers(topic, at);
+        let mut recovery =
+            unsafe { commitlog.recover(config.check_crc_on_recover, start, deleted) }?;
         machine.transit(StoreState::RecoverCommitlogOk)?;
         recovery.abnormal = !last_exit_ok;
         // Consume queues never point past the commitlog's valid end; what they hold before
         // the scan's start completes the topic-queue table (`recoverTopicQueueTable`).
         // SAFETY: the queues are not shared yet.
         unsafe { cqs.truncate_dirty(recovery.process_offset) }?;
+        cqs.tombstones().clamp_to(recovery.process_offset)?;
         commitlog.merge_queue_offsets(cqs.offset_table());
         cqs.correct_min_offsets(commitlog.min_offset().max(0));
         // Dispatch resumes after the last record the queues hold (everything, when the

@@ -39,8 +39,8 @@ impl MessageStore {
         }
         o.commitlog.drop_removed_front_read_only()?;
         let cq = match o.cqs.find(topic, queue_id) {
-            Some(cq) => cq,
-            None => {
+            Some(cq) if cq.folder_is_current() => cq,
+            _ => {
                 o.cqs.discover()?;
                 match o.cqs.find(topic, queue_id) {
                     Some(cq) => cq,
