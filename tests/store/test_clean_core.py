@@ -175,7 +175,8 @@ def test_arguments_are_checked(open_small: OpenStore, store_path: Path) -> None:
 
 
 #: A read-only store in its own process: reads T/0 from its minimum on, in rounds, checking
-#: every message it gets, until the writer says it is done and it has caught up with the
+#: every message it gets, and prints "MIN n" for each new minimum it sees (the writer waits for
+#: it before the next deletion), until the writer says it is done and it has caught up with the
 #: final minimum; prints what it saw as JSON.
 READER = r"""
 import json, sys, time
@@ -195,6 +196,7 @@ while time.monotonic() < deadline:
     low = reader.get_min_offset_in_queue("T", 0)
     if not mins or mins[-1] != low:
         mins.append(low)
+        print(f"MIN {low}", flush=True)
     offset = max(0, low - 3)
     while True:
         r = reader.get_message("g", "T", 0, offset, 16)
@@ -243,15 +245,30 @@ def test_read_only_store_in_another_process_reads_while_the_writer_deletes(
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "READY"
         core = store._core
-        # One segment a round (forcibly at once: the reader's mappings outlive the files),
-        # with the reader going on in between.
+        # One segment a round (forcibly at once: the reader's mappings outlive the files);
+        # the next round waits until the reader has seen the new minimum (and read from it),
+        # so that every step is observed however slow the machine is.
+        stdout = proc.stdout
+
+        def reader_sees(want: int) -> None:
+            while True:
+                line = stdout.readline()
+                assert line, f"the reader ended before seeing the minimum {want}"
+                if line.startswith("MIN ") and int(line.split()[1]) >= want:
+                    return
+
+        reader_sees(0)
+        wanted = [0]
         for _ in range(12):
-            time.sleep(0.05)
             assert len(core.delete_expired_commit_log_files(0, 0, 0, True, 1)) == 1
             core.clean_consume_queues(0)
+            wanted.append(store.get_min_offset_in_queue("T", 0))
+            reader_sees(wanted[-1])
         min_phy = store.get_min_phy_offset()
         assert min_phy == 12 * SEGMENT
-        done.write_text(str(min_phy))
+        # Whole or not at all to the reader: written aside, then renamed.
+        (tmp_path / "done.tmp").write_text(str(min_phy))
+        (tmp_path / "done.tmp").rename(done)
         out, err = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
@@ -265,7 +282,7 @@ def test_read_only_store_in_another_process_reads_while_the_writer_deletes(
     assert seen["mins"][0] == 0
     assert seen["mins"][-1] == min_q
     assert seen["mins"] == sorted(seen["mins"]), "the minimum only moves forward"
-    assert len(seen["mins"]) >= 3, seen
+    assert set(wanted) <= set(seen["mins"]), (wanted, seen)
     assert seen["messages"] > 0
     assert seen["too_small"] > 0
     assert min_q == next(i for i, o in enumerate(offsets) if o >= min_phy)

@@ -588,11 +588,19 @@ fn readers_during_deletion_never_fail() {
     let offsets = fill_segments(&store, 12);
     let n = offsets.len() as i64;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Each reader's count of whole passes: every deletion waits for a new pass of each, so the
+    // readers run between deletions however busy the machine is.
+    let passes: std::sync::Arc<Vec<std::sync::atomic::AtomicU64>> = std::sync::Arc::new(
+        (0..2)
+            .map(|_| std::sync::atomic::AtomicU64::new(0))
+            .collect(),
+    );
     let readers: Vec<_> = (0..2)
         .map(|k| {
             let store = store.clone();
             let stop = stop.clone();
             let offsets = offsets.clone();
+            let passes = passes.clone();
             std::thread::spawn(move || {
                 let mut found = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -610,13 +618,28 @@ fn readers_during_deletion_never_fail() {
                         let _ = store.look_message_by_offset(offsets[off as usize]).unwrap();
                         let _ = store.message_store_timestamp("T", 0, off).unwrap();
                     }
+                    passes[k as usize].fetch_add(1, std::sync::atomic::Ordering::Release);
                 }
                 found
             })
         })
         .collect();
+    let next_passes = |seen: &mut Vec<u64>| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        for (k, p) in passes.iter().enumerate() {
+            while p.load(std::sync::atomic::Ordering::Acquire) <= seen[k] {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "reader {k} made no pass in 60 s"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            seen[k] = p.load(std::sync::atomic::Ordering::Acquire);
+        }
+    };
+    let mut seen = vec![0u64; 2];
     for _ in 0..11 {
-        std::thread::sleep(Duration::from_millis(5));
+        next_passes(&mut seen);
         // Forcible interval 0: a segment a reader holds goes at once, under it.
         store
             .delete_expired_commit_log_files(0, 0, 0, true, 1)
