@@ -170,7 +170,7 @@ class CleanCommitLogService(_PeriodicService):
         forcibly = self._cfg.disk_space_clean_forcibly_ratio / 100.0
         for ratio, what in ((physic, "commitlog"), (logics, "consume queue")):
             if ratio > warning or ratio > forcibly:
-                log.info(
+                log.warning(
                     "%s: %s disk is %.1f %% used, above the %s level of %.0f %%: deleting the "
                     "oldest segments at once",
                     self.name,
@@ -249,7 +249,22 @@ class CleanCommitLogService(_PeriodicService):
         )
         self.deleted_files += len(deleted)
         if deleted:
-            log.info("%s: deleted %d segment(s): %s", self.name, len(deleted), ", ".join(deleted))
+            if clean_at_once:
+                # Messages younger than file_reserved_time may be among them: say so loudly.
+                log.warning(
+                    "%s: the disk is %.1f %% / %.1f %% used (commitlog / consume queues), over "
+                    "disk_space_clean_forcibly_ratio: deleted %d oldest segment(s) whatever "
+                    "their age (clean_file_forcibly_enable): %s",
+                    self.name,
+                    self.disk_ratios[0] * 100,
+                    self.disk_ratios[1] * 100,
+                    len(deleted),
+                    ", ".join(deleted),
+                )
+            else:
+                log.info(
+                    "%s: deleted %d segment(s): %s", self.name, len(deleted), ", ".join(deleted)
+                )
             # Re-read the disks now: puts refused for a full disk are accepted again at once,
             # not at the next check.
             self.disk_ratios = self._core.disk_ratios()
