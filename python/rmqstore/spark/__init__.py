@@ -29,8 +29,12 @@ Read options (names as Spark's Kafka source where they mean the same; case does 
     Milliseconds since the epoch: the first offset stored at or after it (so the end excludes
     messages stored at the ending timestamp). They win over the offsets options, as in Kafka.
 ``failOnDataLoss`` (default true)
-    Fail when an offset to read is below a queue's first readable offset (its segments were
-    removed); ``false`` logs a warning and reads from the first readable offset.
+    Fail when offsets to read are gone: below a queue's first readable offset because the
+    store's cleaner removed their segments (expired files, a full disk), whether before the
+    query planned them or while a task read them. The error names the lost range (topic,
+    queue, offsets ``[from, to)``). ``false`` logs that range as a warning and reads from the
+    first readable offset. Reads run beside the cleaner: a task never reads a wrong byte or
+    crashes because a segment went away under it.
 ``minPartitions``
     Split queues into offset ranges so that a batch read has at least about this many tasks.
 ``rowsPerPartition`` (default 250000)

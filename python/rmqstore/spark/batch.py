@@ -10,6 +10,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from ..errors import RmqStoreError
+from ..store import MessageStore
 from .options import _bad_option, _ReadOptions
 from .planning import (
     QueueRange,
@@ -17,6 +18,7 @@ from .planning import (
     _data_loss,
     _open_for_read,
     _plan,
+    _readable_low,
     _resolve,
     _selected_queues,
     _starting_offset,
@@ -34,29 +36,70 @@ BATCH_ROWS = 64 * 1024
 def _read_range(
     opts: _ReadOptions, target: pa.Schema, part: QueueRange
 ) -> Iterator[pa.RecordBatch]:
-    """Yields the rows of ``part`` as batches of the Spark schema ``target``."""
+    """Yields the rows of ``part`` as batches of the Spark schema ``target``.
+
+    The store's cleaner may remove the segments of the range while it is read (a writer in
+    another process, or this one): every offset of the range is either yielded or reported as
+    lost (:func:`_data_loss`: the task fails, or logs the lost offsets and goes on), never
+    skipped in silence. ``read_batch`` itself starts at the queue's minimum and passes over
+    units whose commitlog record is gone, so the offsets it returns are checked against the
+    ones asked for."""
     store = _open_for_read(opts.path, opts.settings)
+    topic, qid = part.topic, part.queue_id
     offset = part.start
     while offset < part.end:
-        low = store.get_min_offset_in_queue(part.topic, part.queue_id)
+        low = _readable_low(store, topic, qid, high=part.end)
         if offset < low:
-            offset = _data_loss(opts, part.topic, part.queue_id, offset, low)
+            offset = _data_loss(opts, topic, qid, offset, min(low, part.end))
             continue
         batch = store.read_batch(
-            part.topic,
-            part.queue_id,
+            topic,
+            qid,
             offset,
             min(BATCH_ROWS, part.end - offset),
             include_properties=opts.include_properties,
         )
         if batch.num_rows == 0:
-            high = store.get_max_offset_in_queue(part.topic, part.queue_id)
+            if _readable_low(store, topic, qid, high=part.end) > offset:
+                continue  # removed since the check above: reported at the loop's top
+            high = store.get_max_offset_in_queue(topic, qid)
             raise RmqStoreError(
-                f"rmqstore data source: {part.topic}/{part.queue_id} has no message at offset "
-                f"{offset} (readable offsets [{low}, {high})), planned up to {part.end}"
+                f"rmqstore data source: {topic}/{qid} has no message at offset {offset} "
+                f"(readable offsets [{low}, {high})), planned up to {part.end}"
             )
-        offset = batch.column("queue_offset")[-1].as_py() + 1
+        offsets = batch.column("queue_offset")
+        last = offsets[-1].as_py()
+        if offsets[0].as_py() != offset or last != offset + batch.num_rows - 1:
+            _check_gaps(store, opts, part, offset, offsets.to_pylist())
+        offset = last + 1
         yield batch.select(target.names).cast(target)
+
+
+def _check_gaps(
+    store: MessageStore, opts: _ReadOptions, part: QueueRange, offset: int, offsets: list[int]
+) -> None:
+    """Reports the offsets from ``offset`` to the batch's last row that the batch (queue
+    offsets ``offsets``, ascending) does not have: lost when their commitlog records are
+    below the commitlog's minimum (removed during the read), an error otherwise."""
+    previous = offset - 1
+    for got in offsets:
+        if got != previous + 1:
+            _missing(store, opts, part, previous + 1, got)
+        previous = got
+
+
+def _missing(store: MessageStore, opts: _ReadOptions, part: QueueRange, lo: int, hi: int) -> None:
+    """Offsets ``[lo, hi)`` were asked for and not read."""
+    topic, qid = part.topic, part.queue_id
+    phy_min = store.get_min_phy_offset()
+    if store.get_commit_log_offset_in_queue(topic, qid, hi - 1) < phy_min:
+        _data_loss(opts, topic, qid, lo, hi)
+        return
+    raise RmqStoreError(
+        f"rmqstore data source: {topic}/{qid}: the read of offsets from {lo} returned none "
+        f"before {hi}, though their messages are not below the commitlog's first offset "
+        f"{phy_min}"
+    )
 
 
 class RmqStoreReader(DataSourceReader):
@@ -80,8 +123,8 @@ class RmqStoreReader(DataSourceReader):
         _check_json_topics("endingOffsets", opts.ending, queues)
         ranges = []
         for topic, qid in queues:
-            low = store.get_min_offset_in_queue(topic, qid)
             high = store.get_max_offset_in_queue(topic, qid)
+            low = _readable_low(store, topic, qid, high=high)
             start = _starting_offset(
                 store, opts, topic, qid, low=low, high=high, default="earliest"
             )

@@ -187,18 +187,44 @@ def _starting_offset(
     return _resolve(opts.starting, topic, qid, low=low, high=high, default=default)
 
 
+def _readable_low(store: MessageStore, topic: str, qid: int, *, high: int | None = None) -> int:
+    """The first offset of a queue whose message can still be read: its consume queue's
+    minimum, or past it while the queue's first units point into commitlog segments the
+    cleaner already removed (the commitlog goes first; the consume queue files that point into
+    it follow in the cleaner's next step). Units are in commitlog order, so the first unit at
+    or past the commitlog's minimum offset is found by bisection."""
+    low = store.get_min_offset_in_queue(topic, qid)
+    phy_min = store.get_min_phy_offset()
+    if phy_min <= 0 or store.get_commit_log_offset_in_queue(topic, qid, low) >= phy_min:
+        return low
+    hi = store.get_max_offset_in_queue(topic, qid) if high is None else high
+    if low >= hi:
+        return low
+    lo = low + 1  # the unit at `low` points below the commitlog's minimum
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if store.get_commit_log_offset_in_queue(topic, qid, mid) >= phy_min:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def _data_loss(opts: _ReadOptions, topic: str, qid: int, offset: int, low: int) -> int:
-    """``offset`` is below the queue's first readable ``low``: fail or skip to ``low``."""
+    """Offsets ``[offset, low)`` of a queue are gone (their segments were removed before they
+    were read): fail, naming the lost range, or log it and go on from ``low``
+    (``failOnDataLoss=false``)."""
     text = (
-        f"{topic}/{qid}: offset {offset} is below the queue's first readable offset {low} "
-        "(its segments were removed)"
+        f"{topic}/{qid}: offsets [{offset}, {low}) of topic {topic!r} queue {qid} were removed "
+        f"before they were read (offset {offset} is below the first readable offset {low}: "
+        "its segments expired)"
     )
     if opts.fail_on_data_loss:
         raise RmqStoreError(
             f"rmqstore data source: data loss, {text}; "
             "set failOnDataLoss=false to read from the first readable offset"
         )
-    log.warning("%s; reading from %d (failOnDataLoss=false)", text, low)
+    log.warning("data loss, %s; skipped them, reading from %d (failOnDataLoss=false)", text, low)
     return low
 
 

@@ -27,6 +27,7 @@ from .planning import (
     _data_loss,
     _open_for_read,
     _pack,
+    _readable_low,
     _selected_queues,
     _starting_offset,
     _task_ranges,
@@ -91,8 +92,8 @@ class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """(first readable, next to write) offsets of every selected queue."""
         store = _open_for_read(self.opts.path, self.opts.settings)
         queues = _selected_queues(store, self.opts)
-        low = {q: store.get_min_offset_in_queue(*q) for q in queues}
         high = {q: store.get_max_offset_in_queue(*q) for q in queues}
+        low = {q: _readable_low(store, *q, high=high[q]) for q in queues}
         return low, high
 
     def initialOffset(self) -> QueueOffsets:  # noqa: N802 - Spark's name
@@ -102,8 +103,8 @@ class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         _check_json_topics("startingOffsets", opts.starting, queues)
         out = {}
         for topic, qid in queues:
-            low = store.get_min_offset_in_queue(topic, qid)
             high = store.get_max_offset_in_queue(topic, qid)
+            low = _readable_low(store, topic, qid, high=high)
             offset = _starting_offset(store, opts, topic, qid, low=low, high=high, default="latest")
             out[(topic, qid)] = min(offset, high)
         return _to_json(out)
@@ -121,8 +122,9 @@ class RmqStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._frozen is not None:
             high = {q: min(h, self._frozen[q]) for q, h in high.items() if q in self._frozen}
         begin = _from_json(start)
-        # Queues found since the last batch start at their first readable offset.
-        from_ = {q: begin.get(q, low[q]) for q in high}
+        # Queues found since the last batch start at their first readable offset; offsets the
+        # cleaner removed since do not count against the limit (partitions() reports them).
+        from_ = {q: max(begin.get(q, low[q]), low[q]) for q in high}
         until = {q: max(h, from_[q]) for q, h in high.items()}
         if isinstance(limit, ReadMaxRows):
             until = _rate_limit(from_, until, limit.max_rows)
