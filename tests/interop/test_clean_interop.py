@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rmqstore
 from interop_harness import (
     Dump,
     JavaHarness,
@@ -28,6 +29,7 @@ from interop_harness import (
     b64,
     expected_queries,
     rmq_dump,
+    rmq_write,
 )
 from rmqwire import segment_files
 from test_interop import mixed_messages
@@ -139,6 +141,44 @@ def _referee_name(request: pytest.FixtureRequest) -> str:
     """``rmq5`` or ``rmq4``: which RocketMQ the ``referee`` fixture gave this test."""
     name: str = request.node.callspec.params["referee"]
     return name
+
+
+@pytest.mark.skipif(
+    not hasattr(rmqstore.MessageStore, "clean_expired_files"),
+    reason="MessageStore.clean_expired_files missing",
+)
+def test_rmqstore_deletes_rocketmq_reads(
+    referee: JavaHarness, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """rmqstore writes over many segments and deletes the expired ones with
+    ``clean_expired_files``; RocketMQ then opens the store and reads exactly the messages
+    left, as rmqstore does."""
+    store = tmp_path / "store"
+    rmq_write(store, SMALL, _workload(3))
+    full = _full_dump(store, tmp_path / "full")
+    segments = segment_files(store)
+    assert len(segments) >= 6
+    cq_before, index_before = _files(store, "consumequeue"), _files(store, "index")
+    _age(segments[:-KEPT])
+    with rmqstore.MessageStore(store, **SMALL.rmq(), file_reserved_time=72) as ours:
+        report = ours.clean_expired_files()
+        low = ours.get_min_phy_offset()
+    assert low == int(segments[-KEPT].name)
+    assert [Path(p).name for p in report.commit_log_files] == [p.name for p in segments[:-KEPT]]
+    assert report.min_commit_log_offset == low
+    assert segment_files(store) == segments[-KEPT:]
+    cq_after, index_after = _files(store, "consumequeue"), _files(store, "index")
+    assert report.consume_queue_files == len(set(cq_before) - set(cq_after)) > 0
+    assert report.index_files == len(set(index_before) - set(index_after)) > 0
+    want = _remaining(full, low)
+    assert ("Expired", 0) in want.queues
+    assert not [m for m in want.messages if m["topic"] == "Expired"]
+
+    theirs = referee.read(store, SMALL)
+    assert theirs.extra["info"]["minPhyOffset"] == low
+    _check_remaining(theirs, want, referee=_referee_name(request))
+    again = rmq_dump(store, SMALL)
+    _check_remaining(again, want, referee="rmqstore")
 
 
 def test_rocketmq_deletes_rmqstore_reads(
