@@ -115,17 +115,18 @@ def _remaining(full: Dump, low: int) -> Dump:
 
 def _check_remaining(dump: Dump, want: Dump, *, referee: str) -> None:
     """``dump`` read exactly ``want``. RocketMQ 4.9.8's ``correctMinOffset`` only looks at a
-    queue's first consume queue file and leaves the min offset where it was when no unit there
-    is at or after the commitlog's minimum: for ``Expired`` (every message gone) 4.9.8 reports
-    the first unit of its remaining file, and its ``getMessage`` there finds nothing (a removed
-    message), which the dump records as a read that stopped."""
+    queue's first consume queue file and changes nothing when no unit there is at or after the
+    commitlog's minimum: ``Expired`` (every message gone, its first file deleted) keeps the min
+    offset 0 in 4.9.8, and ``getMessage`` there finds no consume queue file
+    (``OFFSET_FOUND_NULL``), which the dump records as a read that stopped."""
     if referee == "rmq4":
         expired = ("Expired", 0)
-        lo, hi = dump.queues[expired]
+        hi = want.queues[expired][1]
         assert want.queues[expired] == (hi, hi)
-        assert lo < hi
-        assert [s["offset"] for s in dump.stopped] == [lo]
-        assert [(s["topic"], s["queueId"]) for s in dump.stopped] == [expired]
+        assert dump.queues[expired] == (0, hi)
+        assert dump.stopped == [
+            {"topic": "Expired", "queueId": 0, "offset": 0, "status": "OFFSET_FOUND_NULL"}
+        ]
         dump = dataclasses.replace(dump, queues={**dump.queues, expired: (hi, hi)}, stopped=[])
     assert dump.max_phy_offset == want.max_phy_offset
     assert dump.queues == want.queues
