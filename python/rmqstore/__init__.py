@@ -10,7 +10,14 @@ from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult, 
 from ._schedule import ScheduleLevelStats
 from ._transaction import EndTransactionResult, PendingTransaction, TransactionCheckReport
 from .config import StoreConfig
-from .enums import FlushDiskType, GetMessageStatus, PutMessageStatus, StoreState, TransactionState
+from .enums import (
+    FlushDiskType,
+    GetMessageStatus,
+    PutMessageStatus,
+    RunningFlags,
+    StoreState,
+    TransactionState,
+)
 from .errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
@@ -46,6 +53,7 @@ __all__ = [
     "PutMessageResult",
     "PutMessageStatus",
     "RmqStoreError",
+    "RunningFlags",
     "ScheduleLevelStats",
     "StoreClosedError",
     "StoreConfig",

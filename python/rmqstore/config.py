@@ -29,14 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["StoreConfig"]
 
-# RocketMQ settings this store does not offer yet, with what to know about them.
-_NOT_YET = {
-    "file_reserved_time": "expired-segment cleaning is not implemented yet; segments are kept "
-    "until removed with the store closed",
-    "delete_when": "expired-segment cleaning is not implemented yet; segments are kept "
-    "until removed with the store closed",
-}
-
 _GiB = 1024 * 1024 * 1024
 _MiB = 1024 * 1024
 _I32_MAX = 2**31 - 1
@@ -124,6 +116,11 @@ def _checked(spec: _Setting, value: object) -> object:
             raise _bad(name, f"must be {expected}, got {value!r}")
         # The core parses it (as RocketMQ does) and raises StoreConfigError naming the setting.
         _check_settings({name: value})
+    elif kind == "hours":
+        if not isinstance(value, str):
+            raise _bad(name, f"must be a str of hours such as '04' or '02;14', got {value!r}")
+        # The core parses it and raises StoreConfigError naming the setting.
+        _check_settings({name: value})
     else:
         return _check_path(name, value)
     return value
@@ -134,8 +131,6 @@ def _did_you_mean(unknown: list[str]) -> str:
     RocketMQ calls that, else the closest spelling, as the core suggests it), or ``""``."""
     guesses = []
     for name in unknown:
-        if name in _NOT_YET:
-            continue
         guess = _closest_setting(name)
         if guess is not None:
             guesses.append((name, guess))
@@ -210,9 +205,47 @@ class StoreConfig:
     #: ``syncFlushTimeout``: ms a SYNC_FLUSH put waits for its force before answering
     #: FLUSH_DISK_TIMEOUT (the message is stored either way).
     sync_flush_timeout: int = 5000
-    #: ``diskSpaceWarningLevelRatio``: percent of the commitlog's disk in use above which puts
-    #: answer SERVICE_NOT_AVAILABLE until space returns (35 to 90, RocketMQ's bounds).
+    #: ``diskSpaceWarningLevelRatio``: percent of the commitlog's disk (the DISK_FULL running
+    #: flag) or the consume queues' disk (LOGIC_DISK_FULL) in use above which puts answer
+    #: SERVICE_NOT_AVAILABLE until space returns, and the cleaner deletes at once (35 to 90,
+    #: RocketMQ's bounds).
     disk_space_warning_level_ratio: int = 90
+    #: ``fileReservedTime``: hours a commitlog segment is kept after its last write (its file's
+    #: modification time) before the cleaner may delete it; 0 makes every full segment expired.
+    #: The segment being written is never deleted.
+    file_reserved_time: int = 72
+    #: ``deleteWhen``: local hours at which expired segments are deleted, ``;``-separated
+    #: (``"04"``, ``"02;14"``), each 0 to 23. A disk above ``disk_max_used_space_ratio`` or
+    #: :meth:`MessageStore.execute_delete_files_manually` deletes expired segments at any hour.
+    delete_when: str = "04"
+    #: ``cleanResourceInterval``: ms between rounds of the commitlog and consume-queue cleaners
+    #: (their first round runs 60 s after the store opens).
+    clean_resource_interval: int = 10000
+    #: ``deleteCommitLogFilesInterval``: ms the commitlog cleaner waits between two deletions.
+    delete_commit_log_files_interval: int = 100
+    #: ``deleteConsumeQueueFilesInterval``: ms the consume-queue cleaner waits after each queue
+    #: that lost files.
+    delete_consume_queue_files_interval: int = 100
+    #: ``destroyMapedFileIntervalForcibly``: ms after a first deletion attempt when a segment
+    #: still in use (a read holds it) is destroyed anyway; whoever still holds its mapping
+    #: keeps reading valid bytes, only the file goes.
+    destroy_mapped_file_interval_forcibly: int = 120000
+    #: ``redeleteHangedFileInterval``: ms between retries to destroy a first segment whose
+    #: deletion hung (RocketMQ's ``reDeleteHangedFile``).
+    redelete_hanged_file_interval: int = 120000
+    #: ``deleteFileBatchMax``: most commitlog segments one cleaner round deletes.
+    delete_file_batch_max: int = 10
+    #: ``cleanFileForciblyEnable``: a disk above ``disk_space_clean_forcibly_ratio`` (or above
+    #: ``disk_space_warning_level_ratio``) deletes the oldest segments whatever their age;
+    #: off, only expired ones, at any hour.
+    clean_file_forcibly_enable: bool = True
+    #: ``diskMaxUsedSpaceRatio``: percent of the commitlog's or consume queues' disk in use
+    #: above which expired segments are deleted at any hour (10 to 95).
+    disk_max_used_space_ratio: int = 75
+    #: ``diskSpaceCleanForciblyRatio``: percent of a disk in use above which segments are
+    #: deleted at once, expired or not, with ``clean_file_forcibly_enable`` (30 to 85,
+    #: RocketMQ's bounds).
+    disk_space_clean_forcibly_ratio: int = 85
     #: ``osPageCacheBusyTimeOutMills``: a put that finds the append lock held longer than this
     #: answers OS_PAGE_CACHE_BUSY.
     os_page_cache_busy_timeout_mills: int = 1000
@@ -337,7 +370,6 @@ def _check_names(settings: dict[str, Any]) -> None:
     unknown = sorted(set(settings) - set(names))
     if unknown:
         hint = _did_you_mean(unknown)
-        hint += "".join(f" ({_NOT_YET[n]})" for n in unknown if n in _NOT_YET)
         raise UnknownSettingError(
             f"unknown store setting(s): {', '.join(unknown)}{hint}", unknown[0]
         )

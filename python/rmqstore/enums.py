@@ -8,6 +8,7 @@ __all__ = [
     "FlushDiskType",
     "GetMessageStatus",
     "PutMessageStatus",
+    "RunningFlags",
     "StoreState",
     "TransactionState",
 ]
@@ -85,3 +86,24 @@ class TransactionState(enum.Enum):
     ROLLBACK = "ROLLBACK"
     #: Not decided yet: the half stays pending and is checked again in a later round.
     UNKNOWN = "UNKNOWN"
+
+
+class RunningFlags(enum.IntFlag):
+    """The store's running flags (``org.apache.rocketmq.store.RunningFlags``), as
+    :attr:`rmqstore.MessageStore.running_flags` gives them: a put answers SERVICE_NOT_AVAILABLE
+    while any flag but NOT_READABLE is set. DISK_FULL follows the commitlog's disk and
+    LOGIC_DISK_FULL the consume queues' disk (above ``disk_space_warning_level_ratio``); a
+    read-only store has NOT_WRITEABLE."""
+
+    NOT_READABLE = 1
+    NOT_WRITEABLE = 1 << 1
+    WRITE_LOGICS_QUEUE_ERROR = 1 << 2
+    WRITE_INDEX_FILE_ERROR = 1 << 3
+    DISK_FULL = 1 << 4
+    FENCED = 1 << 5
+    LOGIC_DISK_FULL = 1 << 6
+
+    @property
+    def writeable(self) -> bool:
+        """No flag that stops puts is set (RocketMQ's ``isWriteable``)."""
+        return not self & ~RunningFlags.NOT_READABLE

@@ -47,6 +47,17 @@ def test_defaults_are_rocketmqs() -> None:
         "max_filter_message_size": 16000,
         "sync_flush_timeout": 5000,
         "disk_space_warning_level_ratio": 90,
+        "file_reserved_time": 72,
+        "delete_when": "04",
+        "clean_resource_interval": 10000,
+        "delete_commit_log_files_interval": 100,
+        "delete_consume_queue_files_interval": 100,
+        "destroy_mapped_file_interval_forcibly": 120000,
+        "redelete_hanged_file_interval": 120000,
+        "delete_file_batch_max": 10,
+        "clean_file_forcibly_enable": True,
+        "disk_max_used_space_ratio": 75,
+        "disk_space_clean_forcibly_ratio": 85,
         "os_page_cache_busy_timeout_mills": 1000,
         "flush_interval_commit_log": 500,
         "transient_store_pool_enable": False,
@@ -192,9 +203,6 @@ def test_unknown_setting_is_a_type_error(store_path: Path) -> None:
     assert isinstance(info.value, TypeError)
     assert isinstance(info.value, rmqstore.RmqStoreError)
     assert info.value.setting == "unknown_setting"
-    # A RocketMQ setting not offered yet says so instead of being ignored.
-    with pytest.raises(rmqstore.UnknownSettingError, match="not implemented yet"):
-        MessageStore(store_path, file_reserved_time=72)
     with pytest.raises(rmqstore.UnknownSettingError, match="unknown_setting"):
         StoreConfig(unknown_setting=1)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="unknown_setting"):

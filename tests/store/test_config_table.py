@@ -31,6 +31,7 @@ ANNOTATION = {
     "host": "str",
     "path": "str | None",
     "delay_levels": "str",
+    "hours": "str",
 }
 
 
@@ -135,6 +136,29 @@ def test_delay_level_strings_rocketmq_takes() -> None:
         check_settings({"message_delay_level": levels})
     with pytest.raises(rmqstore.StoreConfigError, match="must be a str"):
         StoreConfig(message_delay_level=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "when", ["", ";", "04;", ";04", "24", "-1", "+4", " 4", "4 ", "4.0", "a", "04,05"]
+)
+def test_delete_when_strings_agree(when: str) -> None:
+    with pytest.raises(rmqstore.StoreConfigError) as py:
+        StoreConfig(delete_when=when)
+    with pytest.raises(rmqstore.StoreConfigError) as core:
+        check_settings({"delete_when": when})
+    assert py.value.setting == core.value.setting == "delete_when"
+    assert str(py.value) == str(core.value)
+    assert str(py.value).startswith("delete_when: must be hours 0 to 23 separated by ';'")
+
+
+def test_delete_when_strings_taken() -> None:
+    for when in ("04", "4", "0", "23", "02;14", "004", "1;1"):
+        assert StoreConfig(delete_when=when).delete_when == when
+        check_settings({"delete_when": when})
+    with pytest.raises(rmqstore.StoreConfigError, match="must be a str of hours"):
+        StoreConfig(delete_when=4)  # type: ignore[arg-type]
+    with pytest.raises(rmqstore.StoreConfigError, match="must be a str of hours"):
+        check_settings({"delete_when": 4})
 
 
 def test_the_core_accepts_what_python_builds() -> None:

@@ -63,6 +63,38 @@ pub enum SettingKind {
     /// RocketMQ's delay-level string (`"1s 5s 10s ..."`), checked by
     /// [`crate::schedule::DelayLevels::parse`].
     DelayLevels,
+    /// Hours of the day, ';'-separated (`"04"`, `"02;14"`), checked by [`parse_hours`].
+    Hours,
+}
+
+/// The hours of a `delete_when` string: ';'-separated parts, each an int from 0 to 23 in
+/// decimal digits (blanks and signs refused). Empty parts and parts that are no hour are
+/// refused, where RocketMQ's `UtilAll.isItTimeToDo` would throw (or never match) at every round.
+pub fn parse_hours(s: &str) -> std::result::Result<Vec<u8>, String> {
+    let mut hours = Vec::new();
+    for part in s.split(';') {
+        if part.is_empty() {
+            return Err(format!(
+                "must be hours 0 to 23 separated by ';' (such as '04' or '02;14'), got '{s}' \
+                 (an empty part)"
+            ));
+        }
+        let ok = part.bytes().all(|b| b.is_ascii_digit());
+        match part.parse::<u8>() {
+            Ok(h) if ok && h <= 23 => {
+                if !hours.contains(&h) {
+                    hours.push(h);
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "must be hours 0 to 23 separated by ';' (such as '04' or '02;14'), got \
+                     '{s}' ('{part}' is not an hour)"
+                ))
+            }
+        }
+    }
+    Ok(hours)
 }
 
 const fn int(min: i64, max: i64) -> SettingKind {
@@ -119,6 +151,9 @@ impl Setting {
             (SettingKind::DelayLevels, SettingValue::Str(s)) => {
                 crate::schedule::DelayLevels::parse(s)?;
             }
+            (SettingKind::Hours, SettingValue::Str(s)) => {
+                parse_hours(s).map_err(|reason| StoreError::config(self.name, reason))?;
+            }
             (kind, _) => return bad(format!("must be {}", kind.expected())),
         }
         Ok(())
@@ -146,6 +181,7 @@ impl SettingKind {
             SettingKind::DelayLevels => {
                 "a str of delays such as '1s 5s 10s 30s 1m 2h 1d'".to_owned()
             }
+            SettingKind::Hours => "a str of hours such as '04' or '02;14'".to_owned(),
         }
     }
 }
@@ -402,6 +438,43 @@ settings! {
     ///
     /// Puts answer SERVICE_NOT_AVAILABLE until space returns; 35 to 90 are RocketMQ's bounds.
     disk_space_warning_level_ratio: i32 = 90, "diskSpaceWarningLevelRatio", int(35, 90);
+    /// Hours a commitlog segment is kept after its last write before it may be deleted (72).
+    ///
+    /// Measured from the segment file's modification time; 0 makes every full segment expired.
+    file_reserved_time: i32 = 72, "fileReservedTime", int(0, I32_MAX);
+    /// Local hours at which expired segments are deleted, ';'-separated ("04").
+    ///
+    /// Each part an hour 0 to 23 (RocketMQ's `UtilAll.isItTimeToDo`); a full disk or a manual
+    /// deletion deletes whatever the hour.
+    delete_when: String = "04".to_owned(), "deleteWhen", SettingKind::Hours;
+    /// Ms between rounds of the commitlog and consume queue cleaners (the Python services).
+    clean_resource_interval: i32 = 10_000, "cleanResourceInterval", int(1, I32_MAX);
+    /// Ms the commitlog cleaner waits between two segment deletions.
+    delete_commit_log_files_interval: i32 = 100,
+        "deleteCommitLogFilesInterval", int(0, I32_MAX);
+    /// Ms the consume queue cleaner waits after a queue that lost files.
+    delete_consume_queue_files_interval: i32 = 100,
+        "deleteConsumeQueueFilesInterval", int(0, I32_MAX);
+    /// Ms after a first deletion attempt when a segment still in use is destroyed anyway.
+    ///
+    /// Its mapping stays valid for whoever holds it; only the file goes.
+    destroy_mapped_file_interval_forcibly: i32 = 120_000,
+        "destroyMapedFileIntervalForcibly", int(0, I32_MAX);
+    /// Ms between retries to destroy a first segment whose deletion hung (`reDeleteHangedFile`).
+    redelete_hanged_file_interval: i32 = 120_000,
+        "redeleteHangedFileInterval", int(0, I32_MAX);
+    /// Most commitlog segments one cleaner round deletes.
+    delete_file_batch_max: i32 = 10, "deleteFileBatchMax", int(1, I32_MAX);
+    /// A disk above disk_space_clean_forcibly_ratio deletes segments whatever their age.
+    ///
+    /// Off, a full disk only deletes expired segments, at any hour.
+    clean_file_forcibly_enable: bool = true, "cleanFileForciblyEnable", Bool;
+    /// Percent of a disk in use above which expired segments are deleted at any hour.
+    disk_max_used_space_ratio: i32 = 75, "diskMaxUsedSpaceRatio", int(10, 95);
+    /// Percent of a disk in use above which segments are deleted at once, expired or not.
+    ///
+    /// Only with clean_file_forcibly_enable; 30 to 85 are RocketMQ's bounds.
+    disk_space_clean_forcibly_ratio: i32 = 85, "diskSpaceCleanForciblyRatio", int(30, 85);
     /// Ms the append lock may be held before a put answers OS_PAGE_CACHE_BUSY.
     os_page_cache_busy_timeout_mills: i64 = 1000,
         "osPageCacheBusyTimeOutMills", int(1, I32_MAX);
@@ -706,6 +779,61 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("max_index_num: an index file of "));
+    }
+
+    #[test]
+    fn delete_when_hours() {
+        assert_eq!(parse_hours("04"), Ok(vec![4]));
+        assert_eq!(parse_hours("02;14;2;0;23"), Ok(vec![2, 14, 0, 23]));
+        assert_eq!(parse_hours("004"), Ok(vec![4]));
+        for bad in ["", ";", "4;", "24", "-1", "+4", " 4", "4.0", "x", "300"] {
+            let err = parse_hours(bad).unwrap_err();
+            assert!(err.starts_with("must be hours 0 to 23"), "{bad}: {err}");
+        }
+        let err = StoreConfig::default()
+            .set("delete_when", SettingValue::Str("04;".into()))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "delete_when: must be hours 0 to 23 separated by ';' (such as '04' or '02;14'), \
+             got '04;' (an empty part)"
+        );
+        let err = StoreConfig::default()
+            .set("delete_when", SettingValue::Int(4))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "delete_when: must be a str of hours such as '04' or '02;14'"
+        );
+    }
+
+    #[test]
+    fn retention_settings_defaults_and_rocketmq_names() {
+        let c = StoreConfig::default();
+        assert_eq!(c.file_reserved_time, 72);
+        assert_eq!(c.delete_when, "04");
+        assert_eq!(c.clean_resource_interval, 10_000);
+        assert_eq!(c.delete_commit_log_files_interval, 100);
+        assert_eq!(c.delete_consume_queue_files_interval, 100);
+        assert_eq!(c.destroy_mapped_file_interval_forcibly, 120_000);
+        assert_eq!(c.redelete_hanged_file_interval, 120_000);
+        assert_eq!(c.delete_file_batch_max, 10);
+        assert!(c.clean_file_forcibly_enable);
+        assert_eq!(c.disk_max_used_space_ratio, 75);
+        assert_eq!(c.disk_space_clean_forcibly_ratio, 85);
+        assert_eq!(
+            setting("destroy_mapped_file_interval_forcibly")
+                .unwrap()
+                .rocketmq_name,
+            Some("destroyMapedFileIntervalForcibly")
+        );
+        for (name, lo, hi) in [
+            ("disk_max_used_space_ratio", 10, 95),
+            ("disk_space_clean_forcibly_ratio", 30, 85),
+            ("disk_space_warning_level_ratio", 35, 90),
+        ] {
+            assert_eq!(setting(name).unwrap().kind, int(lo, hi), "{name}");
+        }
     }
 
     #[test]

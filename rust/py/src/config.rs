@@ -52,7 +52,10 @@ fn to_value(name: &str, kind: SettingKind, value: &Bound<'_, PyAny>) -> PyResult
             }
             SettingValue::Bool(value.extract()?)
         }
-        SettingKind::Choice(_) | SettingKind::Host | SettingKind::DelayLevels => {
+        SettingKind::Choice(_)
+        | SettingKind::Host
+        | SettingKind::DelayLevels
+        | SettingKind::Hours => {
             if !value.is_instance_of::<PyString>() {
                 return Err(wrong());
             }
@@ -106,7 +109,7 @@ fn value_to_py(py: Python<'_>, value: SettingValue) -> PyResult<Bound<'_, PyAny>
 
 /// The settings table: for every store setting, in field order, a dict of `name`,
 /// `rocketmq_name` (None for rmqstore's own settings), `type` ("int", "bool", "choice", "host",
-/// "path" or "delay_levels"), `default`, `min` and `max` (ints only), `choices` (choices only) and `doc`.
+/// "path", "delay_levels" or "hours"), `default`, `min` and `max` (ints only), `choices` (choices only) and `doc`.
 #[pyfunction]
 pub fn settings(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
     let defaults = StoreConfig::default();
@@ -122,6 +125,7 @@ pub fn settings(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
             SettingKind::Host => ("host", None, None, None),
             SettingKind::OptionalPath => ("path", None, None, None),
             SettingKind::DelayLevels => ("delay_levels", None, None, None),
+            SettingKind::Hours => ("hours", None, None, None),
         };
         d.set_item("type", kind)?;
         let default = defaults

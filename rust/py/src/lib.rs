@@ -3,9 +3,11 @@
 
 mod args;
 mod buffer;
+mod clean;
 mod config;
 mod errors;
 mod message;
+mod running_flags;
 mod schedule;
 mod steps;
 mod store;

@@ -161,10 +161,10 @@ impl CommitLog {
         }
     }
 
-    /// The checks RocketMQ's put hook makes before encoding: a full disk refuses writes, and a
-    /// writer stuck in the append lock makes others back off.
+    /// The checks RocketMQ's put hook makes before encoding: running flags that stop writes (a
+    /// full disk, ...) refuse them, and a writer stuck in the append lock makes others back off.
     pub(super) fn admission(&self) -> Result<(), PutMessageStatus> {
-        if self.disk_full.load(Ordering::Acquire) {
+        if !self.flags.is_writeable() {
             return Err(PutMessageStatus::ServiceNotAvailable);
         }
         if self.is_os_page_cache_busy() {

@@ -29,7 +29,7 @@ pub use group_commit::GroupCommitStep;
 pub use recovery::{RecoveryReport, RecoveryStart};
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,6 +38,7 @@ use crate::file::allocate::Allocator;
 use crate::file::mapped_file_queue::MappedFileQueue;
 use crate::file::transient_pool::TransientStorePool;
 use crate::format::{HostAddr, MessageLimits, END_FILE_MIN_BLANK_LENGTH};
+use crate::running_flags::RunningFlags;
 use crate::wait::DataSignal;
 
 use append::PutState;
@@ -55,8 +56,9 @@ pub(crate) struct CommitLog {
     group: GroupCommit,
     /// One flusher at a time (group commit, periodic flush, `flush()`, close).
     flush_lock: Mutex<()>,
-    /// The disk holding the commitlog is above `disk_space_warning_level_ratio`.
-    disk_full: AtomicBool,
+    /// The store's running flags (DISK_FULL: the disk holding the commitlog is above
+    /// `disk_space_warning_level_ratio`); a put is admitted only while they allow writes.
+    flags: Arc<RunningFlags>,
     disk_warning_ratio: f64,
     busy_timeout_ms: i64,
     signal: Arc<DataSignal>,
@@ -108,7 +110,11 @@ impl CommitLog {
             sync_flush_timeout: Duration::from_millis(config.sync_flush_timeout.max(0) as u64),
             group: GroupCommit::default(),
             flush_lock: Mutex::new(()),
-            disk_full: AtomicBool::new(false),
+            flags: Arc::new(RunningFlags::new(if read_only {
+                crate::running_flags::NOT_WRITEABLE
+            } else {
+                0
+            })),
             disk_warning_ratio: f64::from(config.disk_space_warning_level_ratio) / 100.0,
             busy_timeout_ms: config.os_page_cache_busy_timeout_mills,
             signal,
@@ -144,6 +150,15 @@ impl CommitLog {
                 // to its files.
                 unsafe { f.set_read_only_position(f.file_size()) };
             }
+        }
+        Ok(())
+    }
+
+    /// Read-only commitlogs: forgets the segments the writing process deleted from the front
+    /// (looked for at most every few ms, see [`MappedFileQueue::front_removed`]).
+    pub(crate) fn drop_removed_front_read_only(&self) -> Result<()> {
+        if self.read_only && self.queue.front_removed() {
+            self.refresh_read_only()?;
         }
         Ok(())
     }

@@ -48,6 +48,11 @@ pub struct MappedFile {
     write_buffer: Mutex<Option<PoolBuffer>>,
     /// Where appends go when not null: the start of `write_buffer`.
     buffer_ptr: AtomicPtr<u8>,
+    /// False once a deletion took the segment out of its queue (`ReferenceResource.available`).
+    available: AtomicBool,
+    /// When a deletion first tried to remove it, in ms since the epoch; 0 before
+    /// (`firstShutdownTimestamp`).
+    first_shutdown_ms: AtomicI64,
 }
 
 impl std::fmt::Debug for MappedFile {
@@ -140,6 +145,8 @@ impl MappedFile {
             locked: AtomicBool::new(false),
             write_buffer: Mutex::new(None),
             buffer_ptr: AtomicPtr::new(std::ptr::null_mut()),
+            available: AtomicBool::new(true),
+            first_shutdown_ms: AtomicI64::new(0),
         }))
     }
 
@@ -205,6 +212,8 @@ impl MappedFile {
             locked: AtomicBool::new(false),
             write_buffer: Mutex::new(None),
             buffer_ptr: AtomicPtr::new(std::ptr::null_mut()),
+            available: AtomicBool::new(true),
+            first_shutdown_ms: AtomicI64::new(0),
         })
     }
 
@@ -566,6 +575,45 @@ impl MappedFile {
 
     pub(crate) fn is_locked(&self) -> bool {
         self.locked.load(Ordering::Acquire)
+    }
+
+    /// `getLastModifiedTimestamp`: the file's modification time in ms since the epoch, read
+    /// from the open descriptor (so a file another process already removed still answers);
+    /// 0 when it cannot be read, which makes the segment count as expired.
+    pub(crate) fn last_modified_ms(&self) -> i64 {
+        self.file
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// `isAvailable`: false once a deletion took the segment out of its queue.
+    #[cfg(test)]
+    pub(crate) fn is_available(&self) -> bool {
+        self.available.load(Ordering::Acquire)
+    }
+
+    /// `shutdown(intervalForcibly)`'s first step: marks the segment unavailable and remembers
+    /// when (the first call only). Returns when the first attempt was made.
+    pub(crate) fn shutdown(&self, now_ms: i64) -> i64 {
+        if self.available.swap(false, Ordering::AcqRel) {
+            self.first_shutdown_ms.store(now_ms, Ordering::Release);
+            return now_ms;
+        }
+        self.first_shutdown_ms.load(Ordering::Acquire)
+    }
+
+    /// Whether the file is still the one at its path (not removed, nor replaced by another).
+    pub(crate) fn is_on_disk(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (self.file.metadata(), std::fs::symlink_metadata(&self.path)) {
+            (Ok(open), Ok(named)) => open.ino() == named.ino() && open.dev() == named.dev(),
+            (_, Err(e)) if e.kind() == io::ErrorKind::NotFound => false,
+            // Cannot tell: keep it.
+            _ => true,
+        }
     }
 
     /// Deletes the file; the mapping stays valid for readers that still hold this segment.

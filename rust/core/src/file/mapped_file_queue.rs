@@ -18,7 +18,35 @@ pub(crate) struct MappedFileQueue {
     store_timestamp: AtomicI64,
     /// An empty last segment found at load, removed once opening may change files.
     empty_leftover: Mutex<Option<PathBuf>>,
+    /// Segments a deletion took out of `files` while something still held them, oldest first:
+    /// unlinked once nothing does, or once the forcible interval has passed (RocketMQ keeps
+    /// such a segment first in its queue, unavailable, until `destroy` succeeds).
+    hanged: Mutex<Vec<Arc<MappedFile>>>,
+    /// Last time a read-only queue looked for segments removed from its front (ms).
+    front_checked_ms: AtomicI64,
 }
+
+/// What one deletion attempt on the first segment did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FrontDeletion {
+    /// The segment was taken out and its file removed.
+    Deleted(PathBuf),
+    /// The segment was taken out but is still held: its file stays until nothing holds it or
+    /// the forcible interval has passed.
+    Held(PathBuf),
+    /// Nothing to delete: a single (writing) segment, or the first one does not qualify.
+    Kept,
+}
+
+/// Milliseconds since the epoch.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// How often a read-only queue checks whether the writer removed its first segments.
+const READ_ONLY_FRONT_CHECK_MS: i64 = 20;
 
 impl std::fmt::Debug for MappedFileQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -133,6 +161,8 @@ impl MappedFileQueue {
             committed_where: AtomicI64::new(flushed),
             store_timestamp: AtomicI64::new(0),
             empty_leftover: Mutex::new(leftover),
+            hanged: Mutex::new(Vec::new()),
+            front_checked_ms: AtomicI64::new(0),
         })
     }
 
@@ -173,6 +203,8 @@ impl MappedFileQueue {
             committed_where: AtomicI64::new(0),
             store_timestamp: AtomicI64::new(0),
             empty_leftover: Mutex::new(None),
+            hanged: Mutex::new(Vec::new()),
+            front_checked_ms: AtomicI64::new(0),
         };
         q.reload_read_only()?;
         Ok(q)
@@ -218,12 +250,17 @@ impl MappedFileQueue {
                     next = Some(offset + self.file_size);
                     changed = true;
                 }
-                // Still being created, or gone in the meantime: the next reload sees it.
+                // Still being created: the next reload sees it.
                 Ok(None) => break,
+                // Deleted by the writer since the listing: at the front (nothing placed yet)
+                // the next one takes its place, elsewhere the next reload sees the change.
                 Err(StoreError::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::NotFound =>
                 {
-                    break
+                    if files.is_empty() {
+                        continue;
+                    }
+                    break;
                 }
                 Err(e) => return Err(e),
             }
@@ -392,6 +429,118 @@ impl MappedFileQueue {
         Ok(unchanged)
     }
 
+    /// Removes the file of a segment already taken out of `files`, as
+    /// `DefaultMappedFile.destroy(intervalForcibly)` does: at once when nothing but the
+    /// caller's one handle holds it, else only once `forcibly_ms` have passed since the first
+    /// attempt. Removing the name never invalidates a mapping: holders keep reading the same
+    /// bytes until they let go. True when the file was removed.
+    fn try_unlink(file: &Arc<MappedFile>, forcibly_ms: i64, now: i64) -> Result<bool> {
+        let first = file.shutdown(now);
+        let holders = Arc::strong_count(file).saturating_sub(1);
+        if holders > 0 && now.saturating_sub(first) < forcibly_ms {
+            log::warn!(
+                target: "rmqstore.mapped_file_queue",
+                "segment {} is still held by {holders} reader(s): its deletion waits for them \
+                 (at most {forcibly_ms} ms after the first attempt)",
+                file.path().display()
+            );
+            return Ok(false);
+        }
+        file.destroy()?;
+        log::info!(
+            target: "rmqstore.mapped_file_queue",
+            "deleted segment {}{}",
+            file.path().display(),
+            if holders > 0 {
+                format!(" (forcibly: {holders} reader(s) keep their mapping)")
+            } else {
+                String::new()
+            }
+        );
+        Ok(true)
+    }
+
+    fn lock_hanged(&self) -> std::sync::MutexGuard<'_, Vec<Arc<MappedFile>>> {
+        self.hanged.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Segments taken out of the queue whose files are still there because something held
+    /// them, oldest first.
+    pub(crate) fn hanged_paths(&self) -> Vec<PathBuf> {
+        self.lock_hanged()
+            .iter()
+            .map(|f| f.path().to_path_buf())
+            .collect()
+    }
+
+    /// `retryDeleteFirstFile` for every segment a deletion took out while it was held, oldest
+    /// first, stopping at the first one still held. Returns the paths removed and whether one
+    /// is still waiting.
+    pub(crate) fn retry_hanged(&self, forcibly_ms: i64, now: i64) -> Result<(Vec<PathBuf>, bool)> {
+        let mut hanged = self.lock_hanged();
+        let mut removed = Vec::new();
+        while let Some(f) = hanged.first() {
+            if !Self::try_unlink(f, forcibly_ms, now)? {
+                return Ok((removed, true));
+            }
+            removed.push(f.path().to_path_buf());
+            hanged.remove(0);
+        }
+        Ok((removed, false))
+    }
+
+    /// One step of `deleteExpiredFileByTime` / `deleteExpiredFileByOffset`: when the queue has
+    /// more than one segment (the last, being written, is never deleted) and `qualifies` says
+    /// the first may go, takes it out of the queue (no reader finds it from then on) and
+    /// removes its file as [`MappedFileQueue::try_unlink`] says; a segment still held waits in
+    /// the hanged list for [`MappedFileQueue::retry_hanged`].
+    pub(crate) fn delete_first_if(
+        &self,
+        qualifies: impl FnOnce(&MappedFile) -> bool,
+        forcibly_ms: i64,
+        now: i64,
+    ) -> Result<FrontDeletion> {
+        let (file, new_min) = {
+            let mut files = self.write_files();
+            if files.len() < 2 || !qualifies(&files[0]) {
+                return Ok(FrontDeletion::Kept);
+            }
+            let file = files.remove(0);
+            (file, files[0].file_from_offset())
+        };
+        // Nothing below the new first segment is flushed or committed any more.
+        self.flushed_where.fetch_max(new_min, Ordering::AcqRel);
+        self.committed_where.fetch_max(new_min, Ordering::AcqRel);
+        let path = file.path().to_path_buf();
+        match Self::try_unlink(&file, forcibly_ms, now) {
+            Ok(true) => Ok(FrontDeletion::Deleted(path)),
+            Ok(false) => {
+                self.lock_hanged().push(file);
+                Ok(FrontDeletion::Held(path))
+            }
+            Err(e) => {
+                self.lock_hanged().push(file);
+                Err(e)
+            }
+        }
+    }
+
+    /// Read-only queues: whether the writer removed the first segment since it was loaded
+    /// (looked at most every [`READ_ONLY_FRONT_CHECK_MS`]); the caller then reloads.
+    pub(crate) fn front_removed(&self) -> bool {
+        let now = now_ms();
+        let last = self.front_checked_ms.load(Ordering::Acquire);
+        if now.saturating_sub(last) < READ_ONLY_FRONT_CHECK_MS
+            || self
+                .front_checked_ms
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return false;
+        }
+        self.first().is_some_and(|f| !f.is_on_disk())
+    }
+
     /// `truncateDirtyFiles`: the segment holding `offset` ends there (its tail zeroed), later
     /// segments are deleted.
     ///
@@ -558,6 +707,160 @@ mod tests {
             std::fs::read(d.join("00000000000000000000")).unwrap(),
             [1u8; 1024]
         );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Whether the first segment may go: always.
+    fn any(_: &MappedFile) -> bool {
+        true
+    }
+
+    /// MappedFileQueueTest.testDeleteExpiredFileByTime with a held segment: a segment a
+    /// reader holds is taken out of the queue at once (no new reader finds it, the minimum
+    /// moves past it) but its file stays until the reader lets go, or until the forcible
+    /// interval has passed since the first attempt; the next segments wait behind it.
+    #[test]
+    fn a_held_segment_waits_for_its_reader_or_the_forcible_interval() {
+        let d = tmp("held");
+        let q = MappedFileQueue::load(&d, 1024).unwrap();
+        fill(&q, 64 * 4, 16); // 4 full segments
+        let files = q.files();
+        let paths: Vec<PathBuf> = files.iter().map(|f| f.path().to_path_buf()).collect();
+        let reader = files[0].clone();
+        drop(files);
+        let now = now_ms();
+        let step = q.delete_first_if(any, 10_000, now).unwrap();
+        assert_eq!(step, FrontDeletion::Held(paths[0].clone()));
+        assert!(!reader.is_available());
+        assert!(paths[0].exists(), "held: the file stays");
+        assert_eq!(q.min_offset(), 1024, "but no reader finds it any more");
+        assert!(q.find_by_offset(0).is_none());
+        assert_eq!(q.hanged_paths(), vec![paths[0].clone()]);
+        // Still held, before the interval: nothing moves (retried later, ahead of the rest).
+        assert_eq!(q.retry_hanged(10_000, now + 9_999).unwrap(), (vec![], true));
+        assert!(paths[0].exists());
+        // The reader lets go: the next retry removes it.
+        drop(reader);
+        assert_eq!(
+            q.retry_hanged(10_000, now + 1).unwrap(),
+            (vec![paths[0].clone()], false)
+        );
+        assert!(!paths[0].exists());
+        assert!(q.hanged_paths().is_empty());
+        // Held again, then forced once the interval has passed since the first attempt.
+        let reader = q.first().unwrap();
+        assert_eq!(
+            q.delete_first_if(any, 10_000, now).unwrap(),
+            FrontDeletion::Held(paths[1].clone())
+        );
+        assert_eq!(q.retry_hanged(10_000, now + 5_000).unwrap(), (vec![], true));
+        assert_eq!(
+            q.retry_hanged(10_000, now + 10_000).unwrap(),
+            (vec![paths[1].clone()], false)
+        );
+        assert!(!paths[1].exists());
+        // The holder still reads its bytes (the mapping outlives the name).
+        assert!(reader.read(0, 1024).unwrap().iter().all(|&b| b == 1));
+        drop(reader);
+        // Unreferenced: removed at once, whatever the interval.
+        assert_eq!(
+            q.delete_first_if(any, i64::MAX, now).unwrap(),
+            FrontDeletion::Deleted(paths[2].clone())
+        );
+        // Never the last segment.
+        assert_eq!(q.delete_first_if(any, 0, now).unwrap(), FrontDeletion::Kept);
+        assert_eq!(q.files().len(), 1);
+        assert!(paths[3].exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A reader holding a segment's bytes across its deletion (forced, while it reads) keeps
+    /// reading the right bytes, and a queue reloaded afterwards starts at the next segment.
+    #[test]
+    fn a_reader_holding_bytes_across_deletion_reads_the_right_bytes() {
+        let d = tmp("hold-bytes");
+        let q = MappedFileQueue::load(&d, 4096).unwrap();
+        for seg in 0..3u8 {
+            let off = q.next_file_offset(0);
+            let f = Arc::new(MappedFile::create(&q.path_for(off), off, 4096).unwrap());
+            q.push(f.clone()).unwrap();
+            unsafe {
+                f.append_with(4096, |b| {
+                    for (i, x) in b.iter_mut().enumerate() {
+                        *x = (i as u8).wrapping_mul(7).wrapping_add(seg);
+                    }
+                })
+            }
+            .unwrap();
+        }
+        let held = q.find_by_offset(100).unwrap();
+        let bytes = held.read(0, 4096).unwrap();
+        let expected: Vec<u8> = (0..4096).map(|i| (i as u8).wrapping_mul(7)).collect();
+        assert_eq!(bytes, &expected[..]);
+        // Forced (interval 0): the file is unlinked while `bytes` is alive.
+        let step = q.delete_first_if(any, 0, now_ms()).unwrap();
+        assert_eq!(step, FrontDeletion::Deleted(d.join("00000000000000000000")));
+        assert!(!d.join("00000000000000000000").exists());
+        // The inode lives while it is mapped: every byte reads back the same.
+        assert_eq!(bytes, &expected[..]);
+        assert_eq!(held.read(4000, 96).unwrap(), &expected[4000..]);
+        drop(held);
+        drop(q);
+        let q = MappedFileQueue::load(&d, 4096).unwrap();
+        assert_eq!(q.min_offset(), 4096);
+        let second = q.first().unwrap();
+        assert_eq!(second.read(1, 1).unwrap(), &[7u8.wrapping_add(1)]);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// MappedFileQueueTest.testDeleteExpiredFileByOffset (consume queues): leading segments go
+    /// while the `qualifies` test holds, stopping at the first that fails.
+    #[test]
+    fn deletion_stops_at_the_first_segment_that_does_not_qualify() {
+        let d = tmp("qualify");
+        let q = MappedFileQueue::load(&d, 1024).unwrap();
+        fill(&q, 64 * 6, 16);
+        let keep_from = 3 * 1024;
+        let mut removed = 0;
+        while let FrontDeletion::Deleted(_) = q
+            .delete_first_if(|f| f.file_from_offset() + 1024 <= keep_from, 0, now_ms())
+            .unwrap()
+        {
+            removed += 1;
+        }
+        assert_eq!(removed, 3);
+        assert_eq!(q.min_offset(), keep_from);
+        // The flushed and committed positions never stay below the first segment.
+        assert!(q.flushed_where() >= keep_from);
+        assert!(q.committed_where() >= keep_from);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A read-only queue forgets the segments the writer removed from its front, and a
+    /// listing that races a removal never fails.
+    #[test]
+    fn read_only_queue_drops_removed_front_segments() {
+        let d = tmp("ro-front");
+        let q = MappedFileQueue::load(&d, 1024).unwrap();
+        fill(&q, 64 * 4, 16);
+        let ro = MappedFileQueue::load_read_only(&d, 1024).unwrap();
+        assert_eq!(ro.files().len(), 4);
+        let held = ro.first().unwrap();
+        for _ in 0..2 {
+            q.delete_first_if(any, 0, now_ms()).unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(
+            READ_ONLY_FRONT_CHECK_MS as u64 + 5,
+        ));
+        assert!(ro.front_removed());
+        assert!(ro.reload_read_only().unwrap());
+        assert_eq!(ro.min_offset(), 2048);
+        assert_eq!(ro.files().len(), 2);
+        // A holder of a removed segment keeps its mapping.
+        unsafe { held.set_read_only_position(1024) };
+        assert_eq!(held.read(0, 16).unwrap(), &[1u8; 16]);
+        // Nothing left on disk in front of what is known: nothing changes, nothing fails.
+        assert!(!ro.reload_read_only().unwrap());
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -501,10 +501,6 @@ impl IndexService {
 
     /// `deleteExpiredFile(offset)`: deletes the leading files, never the last one, whose end phy
     /// offset is below `min_commit_log_offset`. Returns how many were deleted.
-    #[allow(
-        dead_code,
-        reason = "RocketMQ's expiry cleanup calls it; rmqstore's cleanup service is yet to come"
-    )]
     pub(crate) fn delete_expired(&self, min_commit_log_offset: i64) -> Result<usize> {
         let mut w = lock(&self.writer);
         *w = None;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::error::{Result, StoreError};
 use crate::file::mapped_file::MappedFile;
-use crate::file::mapped_file_queue::MappedFileQueue;
+use crate::file::mapped_file_queue::{FrontDeletion, MappedFileQueue};
 use crate::format::{encode_unit, whole_units_end, CqUnit, CQ_STORE_UNIT_SIZE};
 
 pub(crate) struct ConsumeQueue {
@@ -25,7 +25,13 @@ pub(crate) struct ConsumeQueue {
     /// Read-only queues (another process dispatches): the logical end checked so far; -1 for
     /// a queue this process writes.
     read_only_end: AtomicI64,
+    /// Read-only queues: the commitlog minimum the last refresh corrected the minimum for.
+    read_only_min_commit_log: AtomicI64,
 }
+
+/// How long a consume queue segment a reader still holds may wait before its deletion goes
+/// ahead anyway (`deleteExpiredFileByOffset` destroys with `1000 * 60`).
+pub(crate) const CQ_DESTROY_FORCIBLY_MS: i64 = 60_000;
 
 /// Trailing units checked against their commitlog records by each read-only refresh: a unit
 /// another process is writing right now may be torn, and on weakly ordered CPUs more than the
@@ -62,6 +68,7 @@ impl ConsumeQueue {
             max_physic_offset: AtomicI64::new(-1),
             min_logic_offset: AtomicI64::new(0),
             read_only_end: AtomicI64::new(read_only_end),
+            read_only_min_commit_log: AtomicI64::new(-1),
         }
     }
 
@@ -97,8 +104,17 @@ impl ConsumeQueue {
                 self.topic, self.queue_id
             )));
         }
-        // Fast path (every read calls this): no unit after the end inside the last segment.
-        if let Some(last) = self.queue.last() {
+        // The writer removed expired segments from the front: forget them (their mappings
+        // stay valid for whoever still reads them).
+        let front_removed = self.queue.front_removed();
+        if front_removed {
+            self.queue.reload_read_only()?;
+        }
+        // Fast path (every read calls this): no unit after the end inside the last segment,
+        // and the commitlog's minimum did not move.
+        let min_moved =
+            self.read_only_min_commit_log.load(Ordering::Acquire) != min_commit_log_offset;
+        if let Some(last) = self.queue.last().filter(|_| !front_removed && !min_moved) {
             let from = last.file_from_offset();
             if (from..from + size).contains(&end) {
                 // SAFETY: a read-only queue (the store refreshes only those): this process
@@ -162,7 +178,16 @@ impl ConsumeQueue {
             let bytes = unsafe { f.read_unchecked(at - f.file_from_offset(), CQ_STORE_UNIT_SIZE) }
                 .unwrap_or(&[0; 20]);
             let u = CqUnit::decode(at / CQ_STORE_UNIT_SIZE, bytes);
-            if !u.is_pre_blank() && !verify(&u) {
+            // A unit whose record lies wholly below the commitlog's minimum points at a
+            // record the writer already deleted (an idle queue whose messages expired): there
+            // is nothing left to check it against, and readers find its record gone
+            // (MESSAGE_WAS_REMOVING, then OFFSET_TOO_SMALL once the minimum moves past it).
+            let expired = u.phy_offset >= 0
+                && u.size > 0
+                && u.phy_offset
+                    .checked_add(i64::from(u.size))
+                    .is_some_and(|e| e <= min_commit_log_offset);
+            if !u.is_pre_blank() && !expired && !verify(&u) {
                 end = at;
                 break;
             }
@@ -193,6 +218,8 @@ impl ConsumeQueue {
         self.read_only_end.store(end, Ordering::Release);
         self.set_min_past_pre_blanks();
         self.correct_min_offset(min_commit_log_offset);
+        self.read_only_min_commit_log
+            .store(min_commit_log_offset, Ordering::Release);
         Ok(())
     }
 
@@ -440,12 +467,56 @@ impl ConsumeQueue {
         }
     }
 
+    /// `deleteExpiredFile(offset)`: removes the leading segments (never the last) whose last
+    /// unit points below `min_commit_log_offset` (`deleteExpiredFileByOffset`, each held one
+    /// waiting at most [`CQ_DESTROY_FORCIBLY_MS`]), then moves the minimum
+    /// (`correctMinOffset`). Returns how many segment files were removed.
+    pub(crate) fn delete_expired(&self, min_commit_log_offset: i64) -> Result<usize> {
+        let size = self.queue.file_size();
+        let now = crate::file::mapped_file_queue::now_ms();
+        let (retried, held) = self.queue.retry_hanged(CQ_DESTROY_FORCIBLY_MS, now)?;
+        let mut removed = retried.len();
+        if !held {
+            loop {
+                let step = self.queue.delete_first_if(
+                    |f| {
+                        f.read(size - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE)
+                            // A segment of pre-blank units (phy offset 0) holds nothing either.
+                            .is_some_and(|b| {
+                                CqUnit::decode(0, b).phy_offset < min_commit_log_offset
+                            })
+                    },
+                    CQ_DESTROY_FORCIBLY_MS,
+                    now,
+                )?;
+                match step {
+                    FrontDeletion::Deleted(_) => removed += 1,
+                    FrontDeletion::Held(_) | FrontDeletion::Kept => break,
+                }
+            }
+        }
+        // Units in segments gone from the queue are no longer readable.
+        let first = self.queue.min_offset();
+        if first > 0 {
+            self.min_logic_offset.fetch_max(first, Ordering::AcqRel);
+        }
+        self.correct_min_offset(min_commit_log_offset);
+        Ok(removed)
+    }
+
     /// `correctMinOffset`: moves the minimum to the first unit whose record is at or after the
     /// commitlog's minimum offset.
     pub(crate) fn correct_min_offset(&self, min_commit_log_offset: i64) {
         let min = self.min_offset();
         let max = self.max_offset();
         if min >= max {
+            return;
+        }
+        // Still right (units are in commitlog order): nothing to search.
+        if self
+            .get(min)
+            .is_some_and(|u| !u.is_pre_blank() && u.phy_offset >= min_commit_log_offset)
+        {
             return;
         }
         match self.get(max - 1) {

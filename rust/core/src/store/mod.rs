@@ -10,11 +10,14 @@
 //! - `hooks.rs`: put hooks, which may rewrite or refuse a message before it is appended;
 //! - `state.rs`: the lifecycle state machine;
 //! - `timer.rs`: timer messages (the engine's rounds, cancellation);
+//! - `running_flags.rs`: the running flags and the disks' used ratios;
 //! - here: the store's parts while open, the put path, flush, truncation and close.
 
+mod clean;
 mod hooks;
 mod open;
 mod queries;
+mod running_flags;
 mod schedule;
 mod services;
 mod state;

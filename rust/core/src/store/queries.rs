@@ -37,6 +37,7 @@ impl MessageStore {
         if !self.read_only {
             return Ok(o.cqs.find(topic, queue_id));
         }
+        o.commitlog.drop_removed_front_read_only()?;
         let cq = match o.cqs.find(topic, queue_id) {
             Some(cq) => cq,
             None => {
@@ -67,12 +68,18 @@ impl MessageStore {
 
     /// The message whose record starts at `offset`; `None` outside the commitlog.
     pub fn look_message_by_offset(&self, offset: i64) -> Result<Option<MessageExt>> {
-        self.with_open(|o| o.commitlog.look_message(offset))?
+        self.with_open(|o| {
+            o.commitlog.drop_removed_front_read_only()?;
+            o.commitlog.look_message(offset)
+        })?
     }
 
     /// `getMinPhyOffset`: start of the first segment, -1 when the commitlog is empty.
     pub fn min_phy_offset(&self) -> Result<i64> {
-        self.with_open(|o| o.commitlog.min_offset())
+        self.with_open(|o| {
+            o.commitlog.drop_removed_front_read_only()?;
+            Ok(o.commitlog.min_offset())
+        })?
     }
 
     /// `getMaxPhyOffset`: end of the last record written.

@@ -138,11 +138,12 @@ impl MessageStore {
         self.with_open(|o| o.flush_checkpoint())?
     }
 
-    /// Re-reads the disk usage of the commitlog's file system, refusing or accepting puts from
-    /// now on; returns the used fraction (called every second by a service, and at each new
-    /// segment).
+    /// Re-reads the disk usage of the commitlog's and the consume queues' file systems (the
+    /// DISK_FULL and LOGIC_DISK_FULL running flags), refusing or accepting puts from now on;
+    /// returns the commitlog's used fraction (called every second by a service; the commitlog's
+    /// alone is re-read at each new segment).
     pub fn check_disk_space(&self) -> Result<f64> {
-        self.with_open(|o| o.commitlog.refresh_disk_full())?
+        self.disk_ratios().map(|(physic, _)| physic)
     }
 
     /// How far the commitlog is forced to disk (`getFlushedWhere`).

@@ -1,0 +1,429 @@
+//! Retention through the public store API, on real files: expired commitlog segments removed by
+//! time in batches (the deletion rules of RocketMQ's DefaultMessageStoreCleanFilesTest and
+//! MappedFileQueueTest), consume queue and index files wholly below the new minimum, the
+//! minimum offsets afterwards and after a restart, readers of removed ranges, and a read-only
+//! store following a writer's deletions. Modification times are set back with `utimensat`.
+
+mod common;
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::TempDir;
+use rmqstore_core::read::{GetMessageStatus, TagFilter};
+use rmqstore_core::{now_millis, Message, MessageStore, StoreConfig, StoreError};
+
+/// Commitlog segment size.
+const SEG: i64 = 64 * 1024;
+/// Consume queue units per segment.
+const UNITS: i64 = 10;
+/// Body size: 7 messages per commitlog segment.
+const BODY: usize = 9000;
+const HOUR_MS: i64 = 3600 * 1000;
+
+fn small() -> StoreConfig {
+    StoreConfig {
+        mapped_file_size_commit_log: SEG,
+        mapped_file_size_consume_queue: 20 * UNITS,
+        max_hash_slot_num: 64,
+        max_index_num: 20,
+        ..StoreConfig::default()
+    }
+}
+
+fn message(i: usize) -> Message {
+    let mut body = format!("m-{i}-").into_bytes();
+    body.resize(BODY, b'x');
+    Message {
+        topic: "T".into(),
+        body,
+        queue_id: 0,
+        born_timestamp: now_millis(),
+        properties: vec![("KEYS".into(), format!("k{i}"))],
+        ..Message::default()
+    }
+}
+
+fn drain(store: &MessageStore) {
+    while store
+        .dispatch_step(64 << 20, Duration::ZERO)
+        .unwrap()
+        .behind
+        > 0
+    {}
+}
+
+/// Puts messages until the commitlog has `segments` segments (the last one partly written);
+/// returns the commitlog offset of each message.
+fn fill_segments(store: &MessageStore, segments: usize) -> Vec<i64> {
+    let mut offsets = Vec::new();
+    let mut i = 0;
+    while store.commitlog_segments().unwrap().len() < segments
+        || store.max_phy_offset().unwrap() % SEG == 0
+    {
+        let r = store.put_message(&message(i)).unwrap();
+        assert!(r.is_ok(), "{:?}", r.status);
+        offsets.push(r.wrote_offset);
+        i += 1;
+    }
+    drain(store);
+    offsets
+}
+
+/// Sets a file's modification time `ago_ms` in the past.
+fn set_mtime_ago(path: &Path, ago_ms: i64) {
+    let t = now_millis() - ago_ms;
+    let ts = libc::timespec {
+        tv_sec: t / 1000,
+        tv_nsec: (t % 1000) * 1_000_000,
+    };
+    let times = [ts, ts];
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid C string and two timespecs.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
+    assert_eq!(rc, 0, "utimensat {}", path.display());
+}
+
+fn age_all(store: &MessageStore, ago_ms: i64) {
+    for p in store.commitlog_segments().unwrap() {
+        set_mtime_ago(&p, ago_ms);
+    }
+}
+
+/// Copies a store's files (not its lock), as a crash would leave them.
+fn copy_store(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_store(&entry.path(), &target);
+        } else if entry.file_name() != "lock" {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(d) => d.map(|e| e.unwrap().path()).collect(),
+        Err(_) => Vec::new(),
+    };
+    v.sort();
+    v
+}
+
+fn get(store: &MessageStore, offset: i64) -> rmqstore_core::read::GetMessageResult {
+    store
+        .get_message("T", 0, offset, 32, &TagFilter::parse("*"))
+        .unwrap()
+}
+
+/// DefaultMessageStoreCleanFilesTest: 15 expired segments with deleteFileBatchMax 10 are
+/// removed 10 then 5; the last (writing) one never.
+#[test]
+fn expired_segments_go_in_batches_and_never_the_last() {
+    let d = TempDir::new("clean", "batches");
+    let store = MessageStore::open(d.path(), small()).unwrap();
+    fill_segments(&store, 16);
+    let segs = store.commitlog_segments().unwrap();
+    assert_eq!(segs.len(), 16);
+    age_all(&store, 100 * HOUR_MS);
+    let first = store
+        .delete_expired_commit_log_files(72 * HOUR_MS, 0, 120_000, false, 10)
+        .unwrap();
+    assert_eq!(first, segs[..10].to_vec());
+    assert!(segs[..10].iter().all(|p| !p.exists()));
+    assert_eq!(store.min_phy_offset().unwrap(), 10 * SEG);
+    let second = store
+        .delete_expired_commit_log_files(72 * HOUR_MS, 0, 120_000, false, 10)
+        .unwrap();
+    assert_eq!(second, segs[10..15].to_vec());
+    assert_eq!(store.commitlog_segments().unwrap(), vec![segs[15].clone()]);
+    assert_eq!(store.min_phy_offset().unwrap(), 15 * SEG);
+    // Nothing left but the segment being written, however old.
+    assert!(store
+        .delete_expired_commit_log_files(0, 0, 0, true, 10)
+        .unwrap()
+        .is_empty());
+    assert!(segs[15].exists());
+    // Puts go on.
+    let r = store.put_message(&message(9999)).unwrap();
+    assert!(r.is_ok());
+}
+
+/// MappedFileQueueTest.testDeleteExpiredFileByTime: deletion stops at the first segment that
+/// has not expired, even when later ones have (nothing is removed from the middle).
+#[test]
+fn deletion_by_time_stops_at_the_first_live_segment() {
+    let d = TempDir::new("clean", "stops");
+    let store = MessageStore::open(d.path(), small()).unwrap();
+    fill_segments(&store, 8);
+    let segs = store.commitlog_segments().unwrap();
+    age_all(&store, 80 * HOUR_MS);
+    set_mtime_ago(&segs[3], HOUR_MS);
+    let removed = store
+        .delete_expired_commit_log_files(72 * HOUR_MS, 0, 120_000, false, 10)
+        .unwrap();
+    assert_eq!(removed, segs[..3].to_vec());
+    assert!(segs[3..].iter().all(|p| p.exists()));
+    // Just under the reserved time: kept; just over: removed.
+    set_mtime_ago(&segs[3], 72 * HOUR_MS - 60_000);
+    assert!(store
+        .delete_expired_commit_log_files(72 * HOUR_MS, 0, 120_000, false, 10)
+        .unwrap()
+        .is_empty());
+    set_mtime_ago(&segs[3], 72 * HOUR_MS + 1000);
+    let removed = store
+        .delete_expired_commit_log_files(72 * HOUR_MS, 0, 120_000, false, 10)
+        .unwrap();
+    assert_eq!(removed, segs[3..7].to_vec());
+    // clean_at_once ignores the times (the disk is full / a manual delete).
+    drop(store);
+    let d = TempDir::new("clean", "at-once");
+    let store = MessageStore::open(d.path(), small()).unwrap();
+    fill_segments(&store, 4);
+    let segs = store.commitlog_segments().unwrap();
+    assert!(store
+        .delete_expired_commit_log_files(72 * HOUR_MS, 0, 120_000, false, 10)
+        .unwrap()
+        .is_empty());
+    let removed = store
+        .delete_expired_commit_log_files(72 * HOUR_MS, 0, 120_000, true, 10)
+        .unwrap();
+    assert_eq!(removed, segs[..3].to_vec());
+}
+
+/// The sleep between two deletions (deletePhysicFilesInterval) is honoured, and not after the
+/// last one of a round.
+#[test]
+fn interval_between_deletions() {
+    let d = TempDir::new("clean", "interval");
+    let store = MessageStore::open(d.path(), small()).unwrap();
+    fill_segments(&store, 4);
+    let t = std::time::Instant::now();
+    let removed = store
+        .delete_expired_commit_log_files(0, 60, 0, true, 2)
+        .unwrap();
+    assert_eq!(removed.len(), 2);
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(60), "{took:?}");
+    assert!(took < Duration::from_millis(120 + 500), "{took:?}");
+}
+
+/// Bad arguments are typed errors, never a panic; a read-only store refuses.
+#[test]
+fn arguments_are_checked() {
+    let d = TempDir::new("clean", "args");
+    let store = MessageStore::open(d.path(), small()).unwrap();
+    fill_segments(&store, 2);
+    for (e, i, f, b) in [(-1, 0, 0, 1), (0, -1, 0, 1), (0, 0, -1, 1), (0, 0, 0, 0)] {
+        assert!(matches!(
+            store.delete_expired_commit_log_files(e, i, f, true, b),
+            Err(StoreError::InvalidArgument(_))
+        ));
+    }
+    assert!(matches!(
+        store.redelete_hanged_file(-1),
+        Err(StoreError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        store.clean_consume_queues(-5),
+        Err(StoreError::InvalidArgument(_))
+    ));
+    assert_eq!(store.commitlog_segments().unwrap().len(), 2);
+    store.close().unwrap();
+    let ro = MessageStore::open_read_only(d.path(), small()).unwrap();
+    assert!(matches!(
+        ro.delete_expired_commit_log_files(0, 0, 0, true, 10),
+        Err(StoreError::ReadOnly(_))
+    ));
+    assert!(matches!(
+        ro.clean_consume_queues(0),
+        Err(StoreError::ReadOnly(_))
+    ));
+    drop(ro);
+    let store = MessageStore::open(d.path(), small()).unwrap();
+    store.close().unwrap();
+    assert!(matches!(
+        store.delete_expired_commit_log_files(0, 0, 0, true, 10),
+        Err(StoreError::Closed)
+    ));
+}
+
+/// DefaultMessageStoreCleanFilesTest: after the commitlog's expired segments go, the consume
+/// queue and index files wholly below its new minimum go too; every minimum agrees and
+/// readers of the removed range answer cleanly.
+#[test]
+fn consume_queue_and_index_files_below_the_minimum_go_and_readers_answer_cleanly() {
+    let d = TempDir::new("clean", "cq");
+    let store = MessageStore::open(d.path(), small()).unwrap();
+    let offsets = fill_segments(&store, 6);
+    let n = offsets.len() as i64;
+    let cq_dir = d.path().join("consumequeue").join("T").join("0");
+    let index_dir = d.path().join("index");
+    let cq_before = files_in(&cq_dir);
+    let index_before = files_in(&index_dir);
+    assert!(cq_before.len() >= 4, "{cq_before:?}");
+    assert!(index_before.len() >= 2, "{index_before:?}");
+    // Before any deletion nothing is removed.
+    assert_eq!(store.clean_consume_queues(0).unwrap(), (0, 0));
+    let removed = store
+        .delete_expired_commit_log_files(0, 0, 0, true, 3)
+        .unwrap();
+    assert_eq!(removed.len(), 3);
+    let min_phy = store.min_phy_offset().unwrap();
+    assert_eq!(min_phy, 3 * SEG);
+    // Between the two rounds the queue still points into the removed range: the messages
+    // there are being removed, not an error.
+    let r = get(&store, 0);
+    assert_eq!(r.status, GetMessageStatus::MessageWasRemoving);
+    let (cq_removed, index_removed) = store.clean_consume_queues(0).unwrap();
+    // The first message at or after the new minimum.
+    let first_kept = offsets.iter().position(|&o| o >= min_phy).unwrap() as i64;
+    let per_file = UNITS;
+    assert_eq!(cq_removed as i64, first_kept / per_file);
+    assert_eq!(files_in(&cq_dir).len(), cq_before.len() - cq_removed);
+    assert!(index_removed >= 1);
+    assert_eq!(
+        files_in(&index_dir).len(),
+        index_before.len() - index_removed
+    );
+    assert_eq!(store.min_offset_in_queue("T", 0).unwrap(), first_kept);
+    assert_eq!(store.max_offset_in_queue("T", 0).unwrap(), n);
+    assert_eq!(
+        store.message_total_in_queue("T", 0).unwrap(),
+        n - first_kept
+    );
+    // Idempotent.
+    assert_eq!(store.clean_consume_queues(0).unwrap(), (0, 0));
+    // Below the minimum: OFFSET_TOO_SMALL, next begin = the queue's minimum.
+    for off in [0, first_kept - 1] {
+        let r = get(&store, off);
+        assert_eq!(r.status, GetMessageStatus::OffsetTooSmall);
+        assert_eq!(r.next_begin_offset, first_kept);
+        assert_eq!(r.min_offset, first_kept);
+    }
+    let r = get(&store, first_kept);
+    assert_eq!(r.status, GetMessageStatus::Found);
+    assert_eq!(r.messages[0].queue_offset, first_kept);
+    assert_eq!(
+        r.messages[0].commit_log_offset,
+        offsets[first_kept as usize]
+    );
+    assert!(r.messages[0]
+        .body()
+        .starts_with(format!("m-{first_kept}-").as_bytes()));
+    // A removed commitlog offset: None; one still there: the message.
+    assert!(store.look_message_by_offset(offsets[0]).unwrap().is_none());
+    assert!(store.look_message_by_offset(0).unwrap().is_none());
+    let m = store
+        .look_message_by_offset(offsets[first_kept as usize])
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.queue_offset, first_kept);
+    // Store timestamps: -1 for a removed one.
+    assert_eq!(store.message_store_timestamp("T", 0, 0).unwrap(), -1);
+    assert!(store.message_store_timestamp("T", 0, first_kept).unwrap() > 0);
+    assert!(store.earliest_message_time("T", 0).unwrap() > 0);
+    // read_batch from 0 starts at the minimum.
+    let b = store.read_batch("T", 0, 0, 1000, false, None).unwrap();
+    assert_eq!(b.rows as i64, n - first_kept);
+    assert_eq!(b.queue_offset[0], first_kept);
+    assert_eq!(b.next_offset, n);
+    // Keys of removed messages are not found; those still there are.
+    let now = now_millis();
+    assert!(store
+        .query_message("T", "k0", 10, 0, now + 1000)
+        .unwrap()
+        .is_empty());
+    let k = format!("k{first_kept}");
+    let found = store.query_message("T", &k, 10, 0, now + 1000).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].queue_offset, first_kept);
+}
+
+/// A restart after deletion: the store loads with a first segment that does not start at 0,
+/// and every minimum, message and put is as before the restart (after a clean stop and after a
+/// crash).
+#[test]
+fn restart_after_deletion() {
+    for crash in [false, true] {
+        let d = TempDir::new("clean", if crash { "restart-crash" } else { "restart" });
+        let store = MessageStore::open(d.path(), small()).unwrap();
+        let offsets = fill_segments(&store, 6);
+        let n = offsets.len() as i64;
+        store
+            .delete_expired_commit_log_files(0, 0, 0, true, 4)
+            .unwrap();
+        store.clean_consume_queues(0).unwrap();
+        let min_q = store.min_offset_in_queue("T", 0).unwrap();
+        let min_phy = store.min_phy_offset().unwrap();
+        assert_eq!(min_phy, 4 * SEG);
+        store.flush().unwrap();
+        // A crash: the files as they are while the store is open (abort marker present).
+        let crashed = TempDir::new("clean", "restart-crash-copy");
+        let dir = if crash {
+            copy_store(d.path(), crashed.path());
+            drop(store);
+            crashed.path()
+        } else {
+            store.close().unwrap();
+            d.path()
+        };
+        let store = MessageStore::open(dir, small()).unwrap();
+        assert_eq!(store.recovery_report().unwrap().abnormal, crash);
+        assert_eq!(store.min_phy_offset().unwrap(), min_phy);
+        assert_eq!(store.min_offset_in_queue("T", 0).unwrap(), min_q);
+        assert_eq!(store.max_offset_in_queue("T", 0).unwrap(), n);
+        let r = get(&store, 0);
+        assert_eq!(r.status, GetMessageStatus::OffsetTooSmall);
+        assert_eq!(r.next_begin_offset, min_q);
+        let r = get(&store, min_q);
+        assert_eq!(r.status, GetMessageStatus::Found);
+        assert_eq!(r.messages[0].commit_log_offset, offsets[min_q as usize]);
+        let put = store.put_message(&message(10_000)).unwrap();
+        assert!(put.is_ok());
+        assert_eq!(put.queue_offset, n);
+        drain(&store);
+        assert_eq!(store.max_offset_in_queue("T", 0).unwrap(), n + 1);
+        store.close().unwrap();
+    }
+}
+
+/// A read-only store (as another process opens it) follows the writer's deletions: the
+/// minimum moves, removed offsets are too small, the rest still reads, nothing fails.
+#[test]
+fn read_only_store_follows_deletions() {
+    let d = TempDir::new("clean", "ro");
+    let store = MessageStore::open(d.path(), small()).unwrap();
+    let offsets = fill_segments(&store, 6);
+    store.flush().unwrap();
+    let ro = MessageStore::open_read_only(d.path(), small()).unwrap();
+    let r = get(&ro, 0);
+    assert_eq!(r.status, GetMessageStatus::Found);
+    assert_eq!(ro.min_phy_offset().unwrap(), 0);
+    store
+        .delete_expired_commit_log_files(0, 0, 0, true, 3)
+        .unwrap();
+    store.clean_consume_queues(0).unwrap();
+    let min_q = store.min_offset_in_queue("T", 0).unwrap();
+    assert!(min_q > 0);
+    // The read-only side looks for removed segments every few milliseconds.
+    std::thread::sleep(Duration::from_millis(50));
+    let r = get(&ro, 0);
+    assert_eq!(r.status, GetMessageStatus::OffsetTooSmall, "{r:?}");
+    assert_eq!(r.next_begin_offset, min_q);
+    assert_eq!(ro.min_offset_in_queue("T", 0).unwrap(), min_q);
+    assert_eq!(ro.min_phy_offset().unwrap(), 3 * SEG);
+    assert!(ro.look_message_by_offset(offsets[0]).unwrap().is_none());
+    let r = get(&ro, min_q);
+    assert_eq!(r.status, GetMessageStatus::Found);
+    assert_eq!(r.messages[0].commit_log_offset, offsets[min_q as usize]);
+    // A read-only store opened after the deletion starts at the new minimum.
+    let ro2 = MessageStore::open_read_only(d.path(), small()).unwrap();
+    assert_eq!(ro2.min_offset_in_queue("T", 0).unwrap(), min_q);
+    assert_eq!(get(&ro2, 0).status, GetMessageStatus::OffsetTooSmall);
+}
