@@ -2,7 +2,7 @@
 the checks every reader applies, and (run as a script) a read-only reader process.
 
 Every message of queue ``q`` of ``topic`` at queue offset ``o`` has the body ``body_for(topic, q,
-o)`` and the single key ``key_for(topic, q, o)`` (one writer puts into each queue in order, so it
+o)`` and first key ``key_for(topic, q, o)`` (one writer puts into each queue in order, so it
 knows the offset each put gets). A reader therefore knows, for any message it is handed, every
 byte it must hold.
 
@@ -55,7 +55,7 @@ def check_message(m: rmqstore.MessageExt, topic: str, queue_id: int, offset: int
     got = (m.topic, m.queue_id, m.queue_offset)
     assert got == where, (got, where)
     assert m.body == body_for(*where), f"wrong body at {where} (commitlog {m.commit_log_offset})"
-    assert m.properties.get("KEYS") == key_for(*where), (where, m.properties)
+    assert m.properties.get("KEYS", "").split(" ")[0] == key_for(*where), (where, m.properties)
     assert m.body_crc == zlib.crc32(m.body) & 0x7FFFFFFF, where
 
 
@@ -95,7 +95,7 @@ def check_batch(batch: pa.RecordBatch) -> None:
     for row in batch_rows(batch):
         where = (row["topic"], row["queue_id"], row["queue_offset"])
         assert row["body"] == body_for(*where), f"wrong body in a batch at {where}"
-        assert row["keys"] == [key_for(*where)], (where, row["keys"])
+        assert row["keys"][:1] == [key_for(*where)], (where, row["keys"])
 
 
 def batch_step(
