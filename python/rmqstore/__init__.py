@@ -6,6 +6,7 @@ and reads. The engine is Rust (``rmqstore._rmqstore``); this package orchestrate
 
 from __future__ import annotations
 
+from ._clean import CleanReport
 from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult, __version__
 from ._schedule import ScheduleLevelStats
 from ._transaction import EndTransactionResult, PendingTransaction, TransactionCheckReport
@@ -40,6 +41,7 @@ from .store import MessageStore
 __all__ = [
     "ArgumentOverflowError",
     "ArgumentTypeError",
+    "CleanReport",
     "CorruptRecordError",
     "EndTransactionResult",
     "FlushDiskType",

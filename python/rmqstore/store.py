@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import _rmqstore
+from ._clean import CleanCommitLogService, CleanConsumeQueueService, CleaningMixin
 from ._rmqstore import GetMessageResult, Message, MessageExt, PutMessageResult
 from ._schedule import DelayOffsetManager, ScheduleLevelStats, ScheduleMessageService
 from ._services import (
@@ -86,7 +87,7 @@ def _resource_error(exc: BaseException, doing: str) -> BaseException:
     return exc
 
 
-class MessageStore(TransactionsMixin):
+class MessageStore(TransactionsMixin, CleaningMixin):
     """A message store in one folder, in Apache RocketMQ's on-disk format.
 
     Opening takes the folder's ``lock`` (a second open, here or in another process, raises
@@ -132,6 +133,8 @@ class MessageStore(TransactionsMixin):
         self._schedule: ScheduleMessageService | None = None
         self._tx_check: TransactionCheckService | None = None
         self._tx_ops: TransactionalOpBatchService | None = None
+        self._clean_commit_log: CleanCommitLogService | None = None
+        self._clean_consume_queue: CleanConsumeQueueService | None = None
         self._close_lock = threading.Lock()
         self._forked = False
         if not isinstance(store_path, (str, os.PathLike)):
@@ -219,6 +222,7 @@ class MessageStore(TransactionsMixin):
             services.append(self._load_schedule(cfg, self._delay_offsets))
         if self._offsets is not None:
             services.extend(self._load_transactions(cfg, self._offsets))
+        services.extend(self._load_cleaning(cfg))
         for service in services:
             service.start()
             self._services.append(service)
@@ -255,6 +259,8 @@ class MessageStore(TransactionsMixin):
         self._schedule = None
         self._tx_check = None
         self._tx_ops = None
+        self._clean_commit_log = None
+        self._clean_consume_queue = None
         self._close_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------

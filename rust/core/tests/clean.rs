@@ -427,3 +427,239 @@ fn read_only_store_follows_deletions() {
     assert_eq!(ro2.min_offset_in_queue("T", 0).unwrap(), min_q);
     assert_eq!(get(&ro2, 0).status, GetMessageStatus::OffsetTooSmall);
 }
+
+/// DefaultMessageStoreCleanFilesTest's store: one message per 4 KiB commitlog segment (the
+/// smallest allowed), 7 units per consume queue segment, 7 keys per index file.
+fn one_message_per_segment() -> StoreConfig {
+    StoreConfig {
+        mapped_file_size_commit_log: 4096,
+        mapped_file_size_consume_queue: 7 * 20,
+        max_hash_slot_num: 100,
+        max_index_num: 8,
+        ..StoreConfig::default()
+    }
+}
+
+/// Puts DefaultMessageStoreCleanFilesTest's 55 messages ("hello" keys), one per segment.
+fn put_55(store: &MessageStore) {
+    for i in 0..55 {
+        let m = Message {
+            topic: "test".into(),
+            body: vec![b'b'; 3000],
+            queue_id: 0,
+            born_timestamp: now_millis(),
+            properties: vec![("KEYS".into(), "hello".into())],
+            ..Message::default()
+        };
+        let r = store.put_message(&m).unwrap();
+        assert!(r.is_ok(), "{:?}", r.status);
+        assert_eq!(r.wrote_offset, i * 4096, "one message per segment");
+    }
+    drain(store);
+    store.flush().unwrap();
+}
+
+struct Counts {
+    commitlog: usize,
+    cq: usize,
+    index: usize,
+}
+
+fn counts(store: &MessageStore, root: &Path) -> Counts {
+    Counts {
+        commitlog: store.commitlog_segments().unwrap().len(),
+        cq: files_in(&root.join("consumequeue").join("test").join("0")).len(),
+        index: files_in(&root.join("index")).len(),
+    }
+}
+
+/// DefaultMessageStoreCleanFilesTest.testDeleteExpiredFilesByTimeUp: 15 of 55 segments
+/// expired; each round (commitlog, then consume queues and index) removes at most 10, so 10
+/// then 5, with the consume queue and index files whose entries all point below the new
+/// minimum (floor(removed / 7) of each).
+#[test]
+fn clean_files_test_delete_expired_files_by_time_up() {
+    let d = TempDir::new("clean", "time-up");
+    let store = MessageStore::open(d.path(), one_message_per_segment()).unwrap();
+    put_55(&store);
+    let c = counts(&store, d.path());
+    assert_eq!((c.commitlog, c.cq, c.index), (55, 8, 8));
+    let reserved = HOUR_MS; // fileReservedTime = 1
+    let segs = store.commitlog_segments().unwrap();
+    for p in &segs[..15] {
+        set_mtime_ago(p, reserved * 2);
+    }
+    let mut file_count: i64 = 15;
+    for a in 1..=2i64 {
+        store
+            .delete_expired_commit_log_files(reserved, 0, 120_000, false, 10)
+            .unwrap();
+        store.clean_consume_queues(0).unwrap();
+        let expect_deleted = if file_count >= 10 {
+            a * 10
+        } else {
+            (a - 1) * 10 + file_count
+        } as usize;
+        let now = counts(&store, d.path());
+        assert_eq!(now.commitlog, 55 - expect_deleted);
+        assert_eq!(now.cq, 8 - expect_deleted / 7);
+        assert_eq!(now.index, 8 - expect_deleted / 7);
+        assert_eq!(
+            store.min_phy_offset().unwrap(),
+            expect_deleted as i64 * 4096
+        );
+        assert_eq!(
+            store.min_offset_in_queue("test", 0).unwrap(),
+            expect_deleted as i64
+        );
+        file_count -= 10;
+    }
+    // Nothing else has expired.
+    assert!(store
+        .delete_expired_commit_log_files(reserved, 0, 120_000, false, 10)
+        .unwrap()
+        .is_empty());
+}
+
+/// DefaultMessageStoreCleanFilesTest.testDeleteFilesImmediatelyBySpaceFull: cleaning at once
+/// (the disk is full) removes 10 segments a round whatever their times, down to the last one.
+#[test]
+fn clean_files_test_delete_files_immediately() {
+    let d = TempDir::new("clean", "immediately");
+    let store = MessageStore::open(d.path(), one_message_per_segment()).unwrap();
+    put_55(&store);
+    let mut a = 1;
+    while 55 - 10 * (a - 1) >= 10 {
+        let removed = store
+            .delete_expired_commit_log_files(HOUR_MS, 0, 120_000, true, 10)
+            .unwrap();
+        assert_eq!(removed.len(), 10);
+        store.clean_consume_queues(0).unwrap();
+        let now = counts(&store, d.path());
+        let deleted = 10 * a;
+        assert_eq!(now.commitlog, 55 - deleted);
+        assert_eq!(now.cq, 8 - deleted / 7);
+        assert_eq!(now.index, 8 - deleted / 7);
+        a += 1;
+    }
+    // 5 left: 4 go, the last (being written) stays.
+    let removed = store
+        .delete_expired_commit_log_files(HOUR_MS, 0, 120_000, true, 10)
+        .unwrap();
+    assert_eq!(removed.len(), 4);
+    store.clean_consume_queues(0).unwrap();
+    let now = counts(&store, d.path());
+    assert_eq!(now.commitlog, 1);
+    // The consume queue and index keep their last file, pointing at the last message.
+    assert_eq!((now.cq, now.index), (1, 1));
+    assert_eq!(store.min_offset_in_queue("test", 0).unwrap(), 54);
+    assert_eq!(store.max_offset_in_queue("test", 0).unwrap(), 55);
+    let r = get_topic(&store, "test", 0);
+    assert_eq!(r.status, GetMessageStatus::OffsetTooSmall);
+    assert_eq!(r.next_begin_offset, 54);
+    assert_eq!(
+        get_topic(&store, "test", 54).status,
+        GetMessageStatus::Found
+    );
+    let found = store
+        .query_message("test", "hello", 100, 0, now_millis() + 1000)
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].queue_offset, 54);
+}
+
+fn get_topic(
+    store: &MessageStore,
+    topic: &str,
+    offset: i64,
+) -> rmqstore_core::read::GetMessageResult {
+    store
+        .get_message(topic, 0, offset, 32, &TagFilter::parse("*"))
+        .unwrap()
+}
+
+/// Readers running while segments are deleted under them (some held mid-read, some forced)
+/// never fail: every message they get is whole and the right one, every other answer is a
+/// status.
+#[test]
+fn readers_during_deletion_never_fail() {
+    let d = TempDir::new("clean", "concurrent");
+    let store = std::sync::Arc::new(MessageStore::open(d.path(), small()).unwrap());
+    let offsets = fill_segments(&store, 12);
+    let n = offsets.len() as i64;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|k| {
+            let store = store.clone();
+            let stop = stop.clone();
+            let offsets = offsets.clone();
+            std::thread::spawn(move || {
+                let mut found = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for off in (k..n).step_by(3) {
+                        let r = get(&store, off);
+                        for m in &r.messages {
+                            assert_eq!(m.commit_log_offset, offsets[m.queue_offset as usize]);
+                            assert!(m
+                                .body()
+                                .starts_with(format!("m-{}-", m.queue_offset).as_bytes()));
+                            found += 1;
+                        }
+                        let b = store.read_batch("T", 0, off, 16, false, None).unwrap();
+                        assert!(b.queue_offset.iter().all(|&q| q >= off));
+                        let _ = store.look_message_by_offset(offsets[off as usize]).unwrap();
+                        let _ = store.message_store_timestamp("T", 0, off).unwrap();
+                    }
+                }
+                found
+            })
+        })
+        .collect();
+    for _ in 0..11 {
+        std::thread::sleep(Duration::from_millis(5));
+        // Forcible interval 0: a segment a reader holds goes at once, under it.
+        store
+            .delete_expired_commit_log_files(0, 0, 0, true, 1)
+            .unwrap();
+        store.clean_consume_queues(0).unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        assert!(r.join().unwrap() > 0);
+    }
+    assert_eq!(store.commitlog_segments().unwrap().len(), 1);
+    assert!(store.hanged_commit_log_files().unwrap().is_empty());
+    let min_q = store.min_offset_in_queue("T", 0).unwrap();
+    assert_eq!(get(&store, min_q).status, GetMessageStatus::Found);
+}
+
+/// MappedFileQueueTest.testDeleteExpiredFileByTime: of 50 segments the first 5 and those
+/// after the 21st have expired; with a batch of 50 only the first 5 go (deletion never skips
+/// a live segment to reach expired ones behind it).
+#[test]
+fn mapped_file_queue_test_delete_expired_file_by_time() {
+    let d = TempDir::new("clean", "mfq-time");
+    let store = MessageStore::open(d.path(), one_message_per_segment()).unwrap();
+    for _ in 0..50 {
+        let m = Message {
+            topic: "test".into(),
+            body: vec![0; 3000],
+            born_timestamp: now_millis(),
+            ..Message::default()
+        };
+        assert!(store.put_message(&m).unwrap().is_ok());
+    }
+    let segs = store.commitlog_segments().unwrap();
+    assert_eq!(segs.len(), 50);
+    let expired_ms = 100 * 1000;
+    for (i, p) in segs.iter().enumerate() {
+        if !(5..=20).contains(&i) {
+            set_mtime_ago(p, expired_ms * 2);
+        }
+    }
+    let removed = store
+        .delete_expired_commit_log_files(expired_ms, 0, 0, false, 50)
+        .unwrap();
+    assert_eq!(removed, segs[..5].to_vec());
+    assert_eq!(store.commitlog_segments().unwrap().len(), 45);
+}

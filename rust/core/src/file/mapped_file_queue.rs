@@ -489,6 +489,14 @@ impl MappedFileQueue {
         Ok((removed, false))
     }
 
+    /// At close: removes the files of every segment still waiting in the hanged list, held
+    /// or not (holders keep their mappings). Failures are logged.
+    pub(crate) fn remove_hanged(&self) {
+        if let Err(e) = self.retry_hanged(0, now_ms()) {
+            log::warn!(target: "rmqstore.mapped_file_queue", "{e}");
+        }
+    }
+
     /// One step of `deleteExpiredFileByTime` / `deleteExpiredFileByOffset`: when the queue has
     /// more than one segment (the last, being written, is never deleted) and `qualifies` says
     /// the first may go, takes it out of the queue (no reader finds it from then on) and
@@ -723,7 +731,7 @@ mod tests {
     fn a_held_segment_waits_for_its_reader_or_the_forcible_interval() {
         let d = tmp("held");
         let q = MappedFileQueue::load(&d, 1024).unwrap();
-        fill(&q, 64 * 4, 16); // 4 full segments
+        fill(&q, 64 * 5, 16); // 5 full segments
         let files = q.files();
         let paths: Vec<PathBuf> = files.iter().map(|f| f.path().to_path_buf()).collect();
         let reader = files[0].clone();
@@ -767,10 +775,21 @@ mod tests {
             q.delete_first_if(any, i64::MAX, now).unwrap(),
             FrontDeletion::Deleted(paths[2].clone())
         );
+        // At close, a held segment's file goes whatever the interval.
+        let reader = q.first().unwrap();
+        let p = reader.path().to_path_buf();
+        assert_eq!(
+            q.delete_first_if(any, i64::MAX, now).unwrap(),
+            FrontDeletion::Held(p.clone())
+        );
+        q.remove_hanged();
+        assert!(!p.exists() && q.hanged_paths().is_empty());
+        assert!(reader.read(0, 16).is_some());
+        drop(reader);
         // Never the last segment.
         assert_eq!(q.delete_first_if(any, 0, now).unwrap(), FrontDeletion::Kept);
         assert_eq!(q.files().len(), 1);
-        assert!(paths[3].exists());
+        assert!(paths[4].exists());
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -216,7 +216,9 @@ impl ConsumeQueue {
             }
         }
         self.read_only_end.store(end, Ordering::Release);
-        self.set_min_past_pre_blanks();
+        // Only ever forward: threads reading meanwhile never see the minimum go back.
+        self.min_logic_offset
+            .fetch_max(self.min_past_pre_blanks(), Ordering::AcqRel);
         self.correct_min_offset(min_commit_log_offset);
         self.read_only_min_commit_log
             .store(min_commit_log_offset, Ordering::Release);
@@ -238,6 +240,12 @@ impl ConsumeQueue {
 
     /// The minimum is the first unit of the first segment that is not a pre-blank.
     fn set_min_past_pre_blanks(&self) {
+        self.min_logic_offset
+            .store(self.min_past_pre_blanks(), Ordering::Release);
+    }
+
+    /// The first unit of the first segment that is not a pre-blank (logical bytes).
+    fn min_past_pre_blanks(&self) -> i64 {
         let mut min = self.queue.min_offset().max(0);
         if let Some(first) = self.queue.first() {
             let data = first.read_from(0).unwrap_or(&[]);
@@ -247,7 +255,7 @@ impl ConsumeQueue {
             }
             min = first.file_from_offset() + pos as i64;
         }
-        self.min_logic_offset.store(min, Ordering::Release);
+        min
     }
 
     /// Removes an empty last segment the load set aside (see
@@ -504,6 +512,11 @@ impl ConsumeQueue {
         Ok(removed)
     }
 
+    /// Removes the files of segments whose deletion waited for a reader (at close).
+    pub(crate) fn remove_hanged(&self) {
+        self.queue.remove_hanged();
+    }
+
     /// `correctMinOffset`: moves the minimum to the first unit whose record is at or after the
     /// commitlog's minimum offset.
     pub(crate) fn correct_min_offset(&self, min_commit_log_offset: i64) {
@@ -718,6 +731,55 @@ mod tests {
         assert_eq!(&bytes[8..12], &100i32.to_be_bytes());
         assert_eq!(&bytes[12..20], &10i64.to_be_bytes());
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// MappedFileQueueTest.testDeleteExpiredFileByOffset, on a consume queue: 2048 units
+    /// (phy offsets 0..2047, 256 a segment); while a reader holds the first segment nothing is
+    /// removed (it leaves the readable set, and the minimum moves past it); once released,
+    /// every segment but the last goes, since all point below 20480.
+    #[test]
+    fn delete_expired_by_offset_like_mapped_file_queue_test() {
+        let d = tmp("by-offset");
+        let cq = ConsumeQueue::load("T", 0, &d, 5120).unwrap();
+        unsafe { cq.recover() }.unwrap();
+        for i in 0..2048 {
+            assert!(cq.put(i, 1, 0, i).unwrap());
+        }
+        assert_eq!(cq.segment_paths().len(), 8);
+        let paths = cq.segment_paths();
+        let held = cq.queue.first().unwrap();
+        assert_eq!(cq.delete_expired(20480).unwrap(), 0);
+        assert!(paths[0].exists(), "held: its file stays");
+        assert_eq!(cq.queue.hanged_paths(), vec![paths[0].clone()]);
+        // No unit points at or above 20480: the minimum is the queue's end.
+        assert_eq!((cq.min_offset(), cq.max_offset()), (2048, 2048));
+        drop(held);
+        assert_eq!(cq.delete_expired(20480).unwrap(), 7);
+        assert!(cq.queue.first().unwrap().file_from_offset() > 0);
+        assert_eq!(cq.segment_paths(), vec![paths[7].clone()]);
+        assert!(paths[..7].iter().all(|p| !p.exists()));
+        // Some units still valid: the minimum is the first of them.
+        let d2 = tmp("by-offset-2");
+        let cq = ConsumeQueue::load("T", 0, &d2, 5120).unwrap();
+        unsafe { cq.recover() }.unwrap();
+        for i in 0..2048 {
+            cq.put(i * 10, 10, 0, i).unwrap();
+        }
+        // Units 0..=599 point below 6000: segments 0 and 1 (units 0..511) go.
+        assert_eq!(cq.delete_expired(6000).unwrap(), 2);
+        assert_eq!((cq.min_offset(), cq.max_offset()), (600, 2048));
+        assert!(cq.get(599).is_none());
+        assert_eq!(cq.get(600).unwrap().phy_offset, 6000);
+        assert_eq!(cq.delete_expired(6000).unwrap(), 0);
+        // Reloaded: the same minimum once corrected again (as the store does at open).
+        drop(cq);
+        let cq = ConsumeQueue::load("T", 0, &d2, 5120).unwrap();
+        unsafe { cq.recover() }.unwrap();
+        assert_eq!(cq.min_offset(), 512);
+        cq.correct_min_offset(6000);
+        assert_eq!(cq.min_offset(), 600);
+        let _ = std::fs::remove_dir_all(&d);
+        let _ = std::fs::remove_dir_all(&d2);
     }
 
     #[test]

@@ -428,6 +428,12 @@ impl MessageStore {
         for f in open.commitlog.queue().files() {
             f.munlock();
         }
+        // Segments a deletion took out while a reader held them go now (the readers keep
+        // their mappings): retention.
+        open.commitlog.queue().remove_hanged();
+        for cq in open.cqs.all() {
+            cq.remove_hanged();
+        }
         drop(open);
         self.allocator.release_pool();
         let _ = self.machine.transit(StoreState::ShutdownOk);
