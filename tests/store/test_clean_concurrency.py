@@ -43,12 +43,6 @@ from store.clean_workload import (
     key_for,
 )
 
-# Until the cleaning lands on this branch (merged from clean-core and clean-services).
-pytestmark = pytest.mark.skipif(
-    not hasattr(MessageStore, "clean_expired_files"),
-    reason="MessageStore.clean_expired_files missing",
-)
-
 SIZES: dict[str, Any] = {
     "mapped_file_size_commit_log": 128 * 1024,
     "mapped_file_size_consume_queue": 20 * 50,
@@ -273,6 +267,8 @@ def test_readers_across_deletion(store_path: Path, seconds: float) -> None:
         store_path,
         **SIZES,
         file_reserved_time=1,
+        # Only expiry deletes (a full disk of the machine must not make rounds delete at once).
+        clean_file_forcibly_enable=False,
         delete_commit_log_files_interval=5,
         delete_consume_queue_files_interval=0,
     ) as store:
