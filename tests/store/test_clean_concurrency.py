@@ -341,3 +341,14 @@ def test_readers_across_deletion(store_path: Path, seconds: float) -> None:
             check_message(m, topic, q, qoff)
         r = store.get_message(GROUP, "CleanA", 0, store.get_min_offset_in_queue("CleanA", 0), 1)
         assert r.messages
+        # What the run did (shown with -s).
+        print(
+            f"\n{seconds:.0f} s: {len(shared.written)} puts, {cleaned.rounds} rounds deleted "
+            f"{len(cleaned.commit_log_files)} segments, {cleaned.consume_queue_files} queue and "
+            f"{cleaned.index_files} index files; consumer read "
+            f"{sum(map(len, fast.read.values()))}, laggard read "
+            f"{sum(map(len, laggard.read.values()))} and met "
+            f"{sum(map(len, laggard.gaps.values()))} gaps; {len(kept)} batches kept "
+            f"({len(from_deleted)} from deleted segments); lookups {looked}, queries {queried}; "
+            f"read-only process {remote}"
+        )

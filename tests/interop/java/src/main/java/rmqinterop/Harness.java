@@ -511,6 +511,9 @@ public final class Harness {
         cfg.setFileReservedTime((int) args.opt("file-reserved-hours", 72));
         cfg.setDeleteCommitLogFilesInterval(0);
         cfg.setDeleteConsumeQueueFilesInterval(0);
+        // Only expiry deletes: a nearly full disk of the test machine must not make a round
+        // delete at once (cleanAtOnce = cleanFileForciblyEnable && cleanImmediately).
+        cfg.setCleanFileForciblyEnable(false);
         load(cfg);
         store.start();
         HarnessSupport.waitDispatched(store);
