@@ -166,6 +166,13 @@ impl ConsumeQueue {
         // Check the trailing units against their records; stop before the first that fails.
         let first_checked = (end - READ_ONLY_VERIFY_UNITS as i64 * CQ_STORE_UNIT_SIZE).max(start);
         let mut at = first_checked;
+        // End of the record of the unit before, when known: units follow commitlog order.
+        let mut prev_end = first_checked
+            .checked_sub(CQ_STORE_UNIT_SIZE)
+            .filter(|l| *l >= 0)
+            .and_then(|l| self.unit_unchecked(&files, l))
+            .filter(|u| !u.is_pre_blank())
+            .and_then(|u| u.phy_offset.checked_add(i64::from(u.size)));
         while at < end {
             let Some((f, _)) = found
                 .iter()
@@ -182,14 +189,19 @@ impl ConsumeQueue {
             // record the writer already deleted (an idle queue whose messages expired): there
             // is nothing left to check it against, and readers find its record gone
             // (MESSAGE_WAS_REMOVING, then OFFSET_TOO_SMALL once the minimum moves past it).
+            // It must still follow the unit before it in commitlog order: a unit being
+            // written, seen torn, is refused until it is whole and checked.
+            let record_end = u.phy_offset.checked_add(i64::from(u.size));
             let expired = u.phy_offset >= 0
                 && u.size > 0
-                && u.phy_offset
-                    .checked_add(i64::from(u.size))
-                    .is_some_and(|e| e <= min_commit_log_offset);
+                && record_end.is_some_and(|e| e <= min_commit_log_offset)
+                && prev_end.is_none_or(|p| u.phy_offset >= p);
             if !u.is_pre_blank() && !expired && !verify(&u) {
                 end = at;
                 break;
+            }
+            if !u.is_pre_blank() {
+                prev_end = record_end;
             }
             at += CQ_STORE_UNIT_SIZE;
         }
@@ -780,6 +792,45 @@ mod tests {
         assert_eq!(cq.min_offset(), 600);
         let _ = std::fs::remove_dir_all(&d);
         let _ = std::fs::remove_dir_all(&d2);
+    }
+
+    /// A read-only queue serves units whose records the writer already deleted (an idle,
+    /// expired queue: nothing left to check them against) as long as they follow commitlog
+    /// order; a torn unit below the minimum (out of order) is not served.
+    #[test]
+    fn read_only_units_of_expired_records_follow_commitlog_order() {
+        let d = tmp("ro-expired");
+        let cq = ConsumeQueue::load("T", 0, &d, 200).unwrap();
+        unsafe { cq.recover() }.unwrap();
+        for i in 0..5 {
+            cq.put(1000 + i * 100, 100, 0, i).unwrap();
+        }
+        let ro = ConsumeQueue::load_read_only("T", 0, &d, 200).unwrap();
+        // Every record is below the commitlog's minimum (10_000); nothing can be checked.
+        ro.refresh_read_only(10_000, |_| false).unwrap();
+        assert_eq!((ro.min_offset(), ro.max_offset()), (5, 5));
+        // A sixth unit seen torn: its phy offset (high bytes not there yet) goes back.
+        let mut torn = [0u8; 20];
+        encode_unit(&mut torn, 1500 & 0xff, 100, 0);
+        {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(d.join("00000000000000000000"))
+                .unwrap();
+            f.write_all_at(&torn, 100).unwrap();
+        }
+        ro.refresh_read_only(10_000, |_| false).unwrap();
+        assert_eq!(
+            ro.max_offset(),
+            5,
+            "a unit out of commitlog order is not served"
+        );
+        // The same unit once whole.
+        cq.put(1500, 100, 0, 5).unwrap();
+        ro.refresh_read_only(10_000, |_| false).unwrap();
+        assert_eq!(ro.max_offset(), 6);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
