@@ -226,3 +226,27 @@ def test_clean_forcibly_ratio_needs_clean_file_forcibly_enable(
     on = CleanCommitLogService(store._core, store.config.replace(delete_file_batch_max=2, **over))
     assert on.run_round() == (segs[1:3], True)
     assert _segments(store) == segs[3:]
+
+
+def test_each_disk_has_its_flag(tmpfs: Callable[[str], Path]) -> None:
+    # The commitlog on one file system (store_path_commit_log), the consume queues on another.
+    logs, root = tmpfs("8m"), tmpfs("8m")
+    store = MessageStore(root / "store", store_path_commit_log=str(logs / "commitlog"), **FILES)
+    try:
+        assert _put(store, 0) is PutMessageStatus.PUT_OK
+        for fs, flag in ((root, RunningFlags.LOGIC_DISK_FULL), (logs, RunningFlags.DISK_FULL)):
+            ballast = fs / "ballast"
+            with open(ballast, "wb") as f:
+                while _used(fs) < 0.93:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            physic, logics = store._core.disk_ratios()
+            assert (physic > 0.9, logics > 0.9) == (fs is logs, fs is root)
+            assert store.running_flags == flag
+            assert _put(store, 1) is PutMessageStatus.SERVICE_NOT_AVAILABLE
+            ballast.unlink()
+            store._core.disk_ratios()
+            assert store.running_flags == RunningFlags(0)
+            assert _put(store, 2) is PutMessageStatus.PUT_OK
+    finally:
+        store.close()
