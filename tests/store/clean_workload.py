@@ -143,8 +143,8 @@ def _read_only_main(path: str, seconds: float, sizes: dict[str, Any], queues: li
                     counts["gaps"] += 1
                     counts["gap_messages"] += gap
                 offsets[(topic, q)] = nxt
-            # Now and then fall behind the deletions.
-            time.sleep(2.5 if counts["passes"] % 40 == 0 else 0.01)
+            # Now and then fall behind the deletions (longer than the cleaner's window).
+            time.sleep(4.0 if counts["passes"] % 30 == 0 else 0.01)
     print(json.dumps(counts), flush=True)
     return 0
 
