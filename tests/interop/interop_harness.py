@@ -400,6 +400,18 @@ class JavaHarness:
     def read(self, path: Path, sizes: Sizes) -> Dump:
         return parse_java_dump(self.run(sizes, "read", str(path)))
 
+    def clean(self, path: Path, sizes: Sizes, *options: str) -> dict[str, Any]:
+        """``clean``: RocketMQ's own expired-file deletion on the store
+        (``executeDeleteFilesManually`` and the clean services' rounds until one removes
+        nothing; ``--file-reserved-hours`` among ``options``, 72 by default); its ``cleaned``
+        line (the commitlog's min offset before and after, the rounds run)."""
+        lines = [json.loads(x) for x in self.run(sizes, *options, "clean", str(path)).splitlines()]
+        cleaned = [x for x in lines if x["kind"] == "cleaned"]
+        closed = [x for x in lines if x["kind"] == "closed"]
+        assert len(cleaned) == 1, lines
+        assert closed == [{"kind": "closed", "abortFileLeft": False}], closed
+        return cleaned[0]
+
     def deliver(self, path: Path, sizes: Sizes, *options: str, timeout: float = 120) -> Delivery:
         """4.9.x: ``deliver`` (RocketMQ's ScheduleMessageService on the store until every level's
         progress is at its queue's end, or ``--deliver-count N``); what it delivered."""

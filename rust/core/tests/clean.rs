@@ -276,13 +276,16 @@ fn consume_queue_and_index_files_below_the_minimum_go_and_readers_answer_cleanly
     assert_eq!(removed.len(), 3);
     let min_phy = store.min_phy_offset().unwrap();
     assert_eq!(min_phy, 3 * SEG);
-    // Between the two rounds the queue still points into the removed range: the messages
-    // there are being removed, not an error.
-    let r = get(&store, 0);
-    assert_eq!(r.status, GetMessageStatus::MessageWasRemoving);
-    let (cq_removed, index_removed) = store.clean_consume_queues(0).unwrap();
     // The first message at or after the new minimum.
     let first_kept = offsets.iter().position(|&o| o >= min_phy).unwrap() as i64;
+    // Between the two rounds the queue still points into the removed range: a read there
+    // is already OFFSET_TOO_SMALL at the first remaining message (never a silent skip, as
+    // RocketMQ's MESSAGE_WAS_REMOVING with a next offset past the removed messages would be).
+    let r = get(&store, 0);
+    assert_eq!(r.status, GetMessageStatus::OffsetTooSmall);
+    assert_eq!(r.next_begin_offset, first_kept);
+    assert!(r.messages.is_empty());
+    let (cq_removed, index_removed) = store.clean_consume_queues(0).unwrap();
     let per_file = UNITS;
     assert_eq!(cq_removed as i64, first_kept / per_file);
     assert_eq!(files_in(&cq_dir).len(), cq_before.len() - cq_removed);

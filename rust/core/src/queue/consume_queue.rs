@@ -589,8 +589,10 @@ impl ConsumeQueue {
         match self.get(max - 1) {
             Some(last) if last.phy_offset >= min_commit_log_offset => {}
             _ => {
+                // fetch_max: readers correct too (`follow_commit_log_min`); one that computed
+                // from an older commitlog minimum must not move the minimum back.
                 self.min_logic_offset
-                    .store(max * CQ_STORE_UNIT_SIZE, Ordering::Release);
+                    .fetch_max(max * CQ_STORE_UNIT_SIZE, Ordering::AcqRel);
                 return;
             }
         }
@@ -604,7 +606,24 @@ impl ConsumeQueue {
             }
         }
         self.min_logic_offset
-            .store(lo * CQ_STORE_UNIT_SIZE, Ordering::Release);
+            .fetch_max(lo * CQ_STORE_UNIT_SIZE, Ordering::AcqRel);
+    }
+
+    /// Readers' side of `correctMinOffset`: when the unit at the minimum points below the
+    /// commitlog's minimum (its segment was deleted and the consume queue round has not run
+    /// yet), corrects the minimum now, so that a read below it is OFFSET_TOO_SMALL at the
+    /// first remaining message instead of a silent skip. One unit read when nothing expired.
+    pub(crate) fn follow_commit_log_min(&self, min_commit_log_offset: i64) {
+        let min = self.min_offset();
+        if min >= self.max_offset() {
+            return;
+        }
+        if self
+            .get(min)
+            .is_some_and(|u| !u.is_pre_blank() && u.phy_offset < min_commit_log_offset)
+        {
+            self.correct_min_offset(min_commit_log_offset);
+        }
     }
 
     /// `recover`: from the third-from-last segment, finds the end of the valid units

@@ -196,6 +196,23 @@ pub(crate) fn get_message(
             continue;
         }
         let Some(m) = commitlog.message_at(u.phy_offset, u.size)? else {
+            let commit_min = commitlog.min_offset();
+            if u.phy_offset < commit_min {
+                // Its segment expired and was deleted while this read ran: a gap a consumer
+                // must see as OFFSET_TOO_SMALL, never as a skip.
+                if count == 0 {
+                    cq.correct_min_offset(commit_min);
+                    let min = cq.min_offset();
+                    if min > u.queue_offset {
+                        r.status = GetMessageStatus::OffsetTooSmall;
+                        r.next_begin_offset = min;
+                        r.min_offset = min;
+                        return Ok(r);
+                    }
+                }
+                next = u.queue_offset;
+                break;
+            }
             if count == 0 {
                 r.status = GetMessageStatus::MessageWasRemoving;
             }

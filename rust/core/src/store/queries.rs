@@ -35,7 +35,11 @@ impl MessageStore {
         queue_id: i32,
     ) -> Result<Option<Arc<ConsumeQueue>>> {
         if !self.read_only {
-            return Ok(o.cqs.find(topic, queue_id));
+            let cq = o.cqs.find(topic, queue_id);
+            if let Some(cq) = &cq {
+                cq.follow_commit_log_min(o.commitlog.min_offset());
+            }
+            return Ok(cq);
         }
         o.commitlog.drop_removed_front_read_only()?;
         let cq = match o.cqs.find(topic, queue_id) {

@@ -44,6 +44,8 @@ import rmqshared.Json;
  *   write  STORE MESSAGES.jsonl   put every described message, wait for dispatch, shut down
  *   write-forever STORE           put numbered messages until killed (prints each put result)
  *   read   STORE                  load + start an existing store, dump it as JSON lines
+ *   clean  STORE                  load + start, RocketMQ's own expired-file deletion (manual
+ *                                 trigger, the clean services' rounds run at once), shut down
  *   bench  STORE N SIZE           time N puts of SIZE-byte bodies, print messages/s
  *   deliver STORE, bench-deliver STORE N          4.9.x delay levels ({@link ScheduleCommands})
  *   timer-deliver STORE, bench-timer-enqueue STORE N   5.x timer messages (TimerCommands)
@@ -70,7 +72,7 @@ public final class Harness {
     public static void main(String[] argv) throws Exception {
         Args args = Args.parse(argv);
         if (args.rest.size() < 2) {
-            System.err.println("usage: Harness [options] write|write-forever|read|bench|deliver|bench-deliver"
+            System.err.println("usage: Harness [options] write|write-forever|read|clean|bench|deliver|bench-deliver"
                 + "|timer-deliver|bench-timer-enqueue STORE ...");
             System.exit(2);
         }
@@ -89,6 +91,9 @@ public final class Harness {
                 break;
             case "read":
                 rc = read();
+                break;
+            case "clean":
+                rc = clean();
                 break;
             case "bench":
                 rc = bench(Integer.parseInt(rest.get(2)), Integer.parseInt(rest.get(3)));
@@ -486,6 +491,76 @@ public final class Harness {
             q.release();
         }
         HarnessSupport.printOffsets(kind, topic, field, value, offsets);
+    }
+
+    // -- clean ---------------------------------------------------------------------------
+
+    /**
+     * RocketMQ deletes the store's expired files itself: fileReservedTime (--file-reserved-hours,
+     * default 72) against each segment's modification time, triggered by
+     * executeDeleteFilesManually (the next 20 rounds delete whatever expired, whatever the hour).
+     * The rounds the store's scheduler would run after a minute run at once, through the private
+     * methods the scheduler calls: DefaultMessageStore.cleanFilesPeriodically (commitlog; 4.9.x
+     * also consume queues and index) and, in 5.x, ConsumeQueueStore.cleanQueueFilesPeriodically
+     * (consume queues and index; the store's getQueueStore). Rounds go on until one removes
+     * nothing. Prints the commitlog's min offset before and after and the number of rounds;
+     * then shuts the store down.
+     */
+    private int clean() throws Exception {
+        MessageStoreConfig cfg = new MessageStoreConfig();
+        cfg.setFileReservedTime((int) args.opt("file-reserved-hours", 72));
+        cfg.setDeleteCommitLogFilesInterval(0);
+        cfg.setDeleteConsumeQueueFilesInterval(0);
+        // Only expiry deletes: a nearly full disk of the test machine must not make a round
+        // delete at once (cleanAtOnce = cleanFileForciblyEnable && cleanImmediately).
+        cfg.setCleanFileForciblyEnable(false);
+        load(cfg);
+        store.start();
+        HarnessSupport.waitDispatched(store);
+        java.lang.reflect.Method commitLogRound = DefaultMessageStore.class.getDeclaredMethod("cleanFilesPeriodically");
+        commitLogRound.setAccessible(true);
+        Object queues = null;
+        java.lang.reflect.Method queueRound = null;
+        try {
+            queues = DefaultMessageStore.class.getMethod("getQueueStore").invoke(store);
+            for (Class<?> c = queues.getClass(); c != null && queueRound == null; c = c.getSuperclass()) {
+                try {
+                    queueRound = c.getDeclaredMethod("cleanQueueFilesPeriodically");
+                } catch (NoSuchMethodException notHere) {
+                    // a superclass may declare it
+                }
+            }
+            if (queueRound == null) {
+                throw new IllegalStateException("no cleanQueueFilesPeriodically on " + queues.getClass());
+            }
+            queueRound.setAccessible(true);
+        } catch (NoSuchMethodException absentIn4) {
+            // 4.9.x: cleanFilesPeriodically runs the consume queue cleaner too.
+        }
+        long before = store.getMinPhyOffset();
+        store.executeDeleteFilesManually();
+        int rounds = 0;
+        long min = before;
+        while (rounds < 20) {
+            commitLogRound.invoke(store);
+            if (queueRound != null) {
+                queueRound.invoke(queues);
+            }
+            rounds++;
+            long now = store.getMinPhyOffset();
+            if (now == min) {
+                break;
+            }
+            min = now;
+        }
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("kind", "cleaned");
+        o.put("minPhyOffsetBefore", before);
+        o.put("minPhyOffsetAfter", store.getMinPhyOffset());
+        o.put("rounds", (long) rounds);
+        print(o);
+        close();
+        return 0;
     }
 
     // -- bench ---------------------------------------------------------------------------
