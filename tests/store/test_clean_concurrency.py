@@ -3,11 +3,11 @@
 A writer appends to small segments while a cleaner expires all but the newest few every second
 (modification times set back two hours with ``os.utime``, ``file_reserved_time`` 1 hour) and
 deletes them with ``clean_expired_files``; at the same time, in this process, consumers read
-every queue with ``get_message`` (one of them pausing long enough to fall behind the
-deletions), a reader takes ``read_batch`` batches and keeps them, and others look messages up by
-commitlog offset and by key; in another process a read-only store reads every queue too. The run
-lasts 15 s (a minute with ``-m slow``). Every message any reader is handed is checked byte for
-byte against what was written (``clean_workload``), a gap in a queue is only ever an
+every queue with ``get_message`` (one of them pausing long enough to fall behind the deletions),
+a reader takes ``read_batch`` batches and keeps them, and others look messages up by commitlog
+offset and by key; in another process a read-only store reads every queue too. The run lasts a
+minute, as the issue asks (four with ``-m slow``). Every message any reader is handed is checked
+byte for byte against what was written (``clean_workload``), a gap in a queue is only ever an
 ``OFFSET_TOO_SMALL`` answer that moves the consumer to the queue's min offset, the kept batches
 still hold their bytes after their segments are gone, and the read-only process ends by itself
 with exit code 0 (a SIGBUS would show as -7).
@@ -255,7 +255,8 @@ def _read_only_process(store_path: Path, seconds: float) -> subprocess.Popen[str
 
 
 @pytest.mark.parametrize(
-    "seconds", [pytest.param(15.0, id="15s"), pytest.param(60.0, id="1min", marks=pytest.mark.slow)]
+    "seconds",
+    [pytest.param(60.0, id="1min"), pytest.param(240.0, id="4min", marks=pytest.mark.slow)],
 )
 def test_readers_across_deletion(store_path: Path, seconds: float) -> None:
     shared = Shared()
