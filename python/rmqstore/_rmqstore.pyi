@@ -10,6 +10,8 @@ __all__ = [
     "BLANK_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE_V2",
+    "SYSTEM_TOPICS",
+    "SYSTEM_TOPIC_PREFIX",
     "AllocationStep",
     "ColumnBuffer",
     "CommitStep",
@@ -31,6 +33,8 @@ __all__ = [
 
 __version__: str
 BLANK_MAGIC_CODE: int
+SYSTEM_TOPICS: list[str]
+SYSTEM_TOPIC_PREFIX: str
 MESSAGE_MAGIC_CODE: int
 MESSAGE_MAGIC_CODE_V2: int
 

@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import _rmqstore
 from ._configfile import ConfigManager, UndecodableError, dump_json, is_json_int
 from .errors import ArgumentTypeError, InvalidArgumentError
 
@@ -50,25 +51,10 @@ PERM_READ_WRITE = 6
 #: for an entry without the field.
 DEFAULT_QUEUE_NUMS = 16
 
-#: ``TopicValidator.SYSTEM_TOPIC_SET`` (RocketMQ 5.5.1); names starting with ``rmq_sys_`` are
-#: system topics too.
-SYSTEM_TOPICS = frozenset(
-    {
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-        "CHECKPOINT_TOPIC",
-        "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC",
-        "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC",
-    }
-)
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+#: ``TopicValidator.SYSTEM_TOPIC_SET`` (RocketMQ 5.5.1), from the core's list; names starting
+#: with :data:`SYSTEM_TOPIC_PREFIX` are system topics too.
+SYSTEM_TOPICS = frozenset(_rmqstore.SYSTEM_TOPICS)
+SYSTEM_TOPIC_PREFIX = _rmqstore.SYSTEM_TOPIC_PREFIX
 
 _MIN_INT = -(2**31)
 _MAX_INT = 2**31 - 1

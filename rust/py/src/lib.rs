@@ -49,6 +49,8 @@ mod _rmqstore {
             "MESSAGE_MAGIC_CODE_V2",
             rmqstore_core::format::MESSAGE_MAGIC_CODE_V2,
         )?;
+        m.add("SYSTEM_TOPICS", rmqstore_core::SYSTEM_TOPICS.to_vec())?;
+        m.add("SYSTEM_TOPIC_PREFIX", rmqstore_core::SYSTEM_TOPIC_PREFIX)?;
         Ok(())
     }
 }

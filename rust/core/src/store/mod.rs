@@ -30,6 +30,7 @@ pub use hooks::{PutBatch, PutMessageHook};
 pub(crate) use state::StateMachine;
 pub use state::StoreState;
 pub use timer::RECALL_MESSAGE_TAG;
+pub use topics_clean::{is_lmq_topic, is_system_topic, SYSTEM_TOPICS, SYSTEM_TOPIC_PREFIX};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};

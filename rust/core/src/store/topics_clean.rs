@@ -88,8 +88,9 @@ pub(crate) fn remove_deleting_leftovers(root: &Path) {
     }
 }
 
-/// `TopicValidator.SYSTEM_TOPIC_SET` (RocketMQ 5.5.1).
-const SYSTEM_TOPICS: [&str; 12] = [
+/// `TopicValidator.SYSTEM_TOPIC_SET` (RocketMQ 5.5.1); the Python package takes its list from
+/// here.
+pub const SYSTEM_TOPICS: [&str; 12] = [
     "TBW102",
     "SCHEDULE_TOPIC_XXXX",
     "BenchmarkTest",
@@ -105,7 +106,7 @@ const SYSTEM_TOPICS: [&str; 12] = [
 ];
 
 /// `TopicValidator.SYSTEM_TOPIC_PREFIX`.
-const SYSTEM_TOPIC_PREFIX: &str = "rmq_sys_";
+pub const SYSTEM_TOPIC_PREFIX: &str = "rmq_sys_";
 
 /// `MixAll.LMQ_PREFIX`.
 const LMQ_PREFIX: &str = "%LMQ%";
