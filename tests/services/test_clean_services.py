@@ -437,7 +437,12 @@ def test_the_services_run_on_their_own(
         delete_consume_queue_files_interval=0,
     )
     deadline = time.monotonic() + 20
-    while len(_segments(store)) > 1 or store.get_min_offset_in_queue("Q", 0) == 0:
+    # A read corrects a queue's minimum as soon as the commitlog segments go: wait for the
+    # consume queue service's own round, not for the minimum.
+    while (
+        len(_segments(store)) > 1
+        or store.service_stats()["CleanConsumeQueueService"]["consume_queue_files"] < 1
+    ):
         assert time.monotonic() < deadline, store.service_stats()
         time.sleep(0.05)
     stats = store.service_stats()
