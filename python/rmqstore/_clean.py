@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ._services import ServiceThread
 from .enums import RunningFlags
-from .errors import StoreClosedError, StoreConfigError, StoreReadOnlyError
+from .errors import StoreClosedError, StoreConfigError, unwritable_error
 
 if TYPE_CHECKING:
     from ._rmqstore import Store
@@ -355,6 +355,7 @@ class CleaningMixin:
     # Set by MessageStore.
     _core: Store
     _path: Path
+    _forked: bool
     _clean_commit_log: CleanCommitLogService | None
     _clean_consume_queue: CleanConsumeQueueService | None
 
@@ -365,10 +366,14 @@ class CleaningMixin:
         return [self._clean_commit_log, self._clean_consume_queue]
 
     def _cleaners(self, what: str) -> tuple[CleanCommitLogService, CleanConsumeQueueService]:
-        if self._core.read_only:
-            raise StoreReadOnlyError(
-                f"{what}: this store is open read-only; the writing process deletes files"
-            )
+        err = unwritable_error(
+            what,
+            forked=self._forked,
+            read_only=self._core.read_only,
+            why="the writing process deletes the files",
+        )
+        if err is not None:
+            raise err
         if self._core.closed:
             raise StoreClosedError(f"{what}: the store is closed")
         if self._clean_commit_log is None or self._clean_consume_queue is None:

@@ -18,7 +18,11 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from .errors import ArgumentTypeError, InvalidArgumentError, StoreClosedError, StoreReadOnlyError
+from .errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    unwritable_error,
+)
 from .topics import is_system_topic
 
 if TYPE_CHECKING:
@@ -56,15 +60,9 @@ class TopicDeletionMixin:
     _topic_config: TopicConfigService | None
 
     def _check_topic_deletion(self, what: str) -> None:
-        if self._forked:
-            raise StoreClosedError(
-                f"{what}: the store was opened by the process this one forked from; a forked "
-                "child cannot use it"
-            )
-        if self._core.read_only:
-            raise StoreReadOnlyError(
-                f"the store is open read-only: {what} needs a store opened for writing"
-            )
+        err = unwritable_error(what, forked=self._forked, read_only=self._core.read_only)
+        if err is not None:
+            raise err
 
     @contextlib.contextmanager
     def _topic_config_held(self) -> Iterator[None]:

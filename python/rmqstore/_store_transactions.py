@@ -26,7 +26,7 @@ from .errors import (
     InvalidArgumentError,
     RmqStoreError,
     StoreClosedError,
-    StoreReadOnlyError,
+    unwritable_error,
 )
 
 if TYPE_CHECKING:
@@ -274,13 +274,12 @@ class TransactionsMixin:
         return dict(self._core.transaction_stats())
 
     def _transactions_unavailable(self, what: str) -> RmqStoreError:
-        if self._forked:
-            return StoreClosedError(
-                f"{what}: the store was opened by the process this one forked from; a forked "
-                "child cannot use it"
-            )
-        return StoreReadOnlyError(
-            f"the store is open read-only: {what} needs a store opened for writing "
-            "(transactions write half and op messages, and their check's progress lives in "
-            "config/consumerOffset.json)"
+        err = unwritable_error(
+            what,
+            forked=self._forked,
+            read_only=True,
+            why="transactions write half and op messages, and their check's progress lives in "
+            "config/consumerOffset.json",
         )
+        assert err is not None
+        return err

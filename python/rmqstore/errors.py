@@ -119,3 +119,22 @@ class TransactionEndedError(RmqStoreError, ValueError):
     :meth:`~rmqstore.MessageStore.end_transaction`, by the check service, before a restart, or
     by a RocketMQ broker on the same files). Nothing was written: a committed transaction
     never gets a second real message."""
+
+
+def unwritable_error(
+    what: str, *, forked: bool, read_only: bool, why: str = ""
+) -> RmqStoreError | None:
+    """The error for ``what`` on a store this process cannot write, or None when it can: a
+    store opened by the process this one forked from (:class:`StoreClosedError`), or one open
+    read-only (:class:`StoreReadOnlyError`, ``why`` saying what the call would write)."""
+    if forked:
+        return StoreClosedError(
+            f"{what}: the store was opened by the process this one forked from; a forked child "
+            "cannot use it"
+        )
+    if read_only:
+        return StoreReadOnlyError(
+            f"the store is open read-only: {what} needs a store opened for writing"
+            + (f" ({why})" if why else "")
+        )
+    return None

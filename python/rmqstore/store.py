@@ -40,6 +40,7 @@ from .errors import (
     StoreClosedError,
     StoreReadOnlyError,
     StoreResourceError,
+    unwritable_error,
 )
 from .offsets import ConsumerOffsetManager
 from .topics import TopicConfigManager
@@ -623,17 +624,15 @@ class MessageStore(TransactionsMixin, CleaningMixin, TopicDeletionMixin):
         return dict(self._core.schedule_offsets())
 
     def _check_schedule(self, what: str) -> None:
-        if self._forked:
-            raise StoreClosedError(
-                f"{what}: the store was opened by the process this one forked from; a forked "
-                "child cannot use it"
-            )
-        if self._core.read_only:
-            raise StoreReadOnlyError(
-                f"the store is open read-only: {what} needs a store opened for writing (the "
-                "delay levels' progress lives in config/delayOffset.json, which a read-only "
-                "store does not open, and no schedule service runs)"
-            )
+        err = unwritable_error(
+            what,
+            forked=self._forked,
+            read_only=self._core.read_only,
+            why="the delay levels' progress lives in config/delayOffset.json, which a read-only "
+            "store does not open, and no schedule service runs",
+        )
+        if err is not None:
+            raise err
 
     # -- read by commitlog offset ----------------------------------------------------------
 
