@@ -619,9 +619,11 @@ fn the_recovery_scan_spans_segments_and_starts_at_the_save_time() {
     {
         let store = MessageStore::open(d.path(), cfg.clone()).unwrap();
         for i in 0..60 {
-            store
+            // A refused put (a disk over the warning level) fails here, not as a wrong offset.
+            let r = store
                 .put_message(&delayed("S", i % 3, "1", &format!("m{i}")))
                 .unwrap();
+            assert!(r.is_ok(), "{:?}", r.status);
         }
         drain(&store);
         assert_eq!(store.schedule_deliver_at(1, 20, ahead).unwrap().offset, 20);
