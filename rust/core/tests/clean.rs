@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::TempDir;
+use common::{copy_store, TempDir};
 use rmqstore_core::read::{GetMessageStatus, TagFilter};
 use rmqstore_core::{now_millis, Message, MessageStore, StoreConfig, StoreError};
 
@@ -89,20 +89,6 @@ fn set_mtime_ago(path: &Path, ago_ms: i64) {
 fn age_all(store: &MessageStore, ago_ms: i64) {
     for p in store.commitlog_segments().unwrap() {
         set_mtime_ago(&p, ago_ms);
-    }
-}
-
-/// Copies a store's files (not its lock), as a crash would leave them.
-fn copy_store(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_store(&entry.path(), &target);
-        } else if entry.file_name() != "lock" {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
     }
 }
 

@@ -2,11 +2,10 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TempDir;
+use common::{copy_store, TempDir};
 use rmqstore_core::format::{
     check_record, property, RecordCheck, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH,
 };
@@ -386,21 +385,6 @@ fn a_record_larger_than_a_segment_can_hold_is_refused() {
 }
 
 // -- recovery -------------------------------------------------------------------------------
-
-/// A copy of the store's files as they are now (the lock file left out), as a process killed
-/// at this moment would leave them: the page cache holds every append.
-fn copy_store(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_store(&entry.path(), &target);
-        } else if entry.file_name() != "lock" {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
 
 #[test]
 fn a_torn_last_record_is_cut_at_its_start_after_a_crash() {
