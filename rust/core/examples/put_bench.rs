@@ -3,7 +3,8 @@
 //! segment large enough for all of them, ASYNC_FLUSH. `cargo run --release -p rmqstore-core
 //! --example put_bench [body_size] [count] [rounds]`; prints the median rate of the rounds (each
 //! round in a fresh store, its first segment made and warmed before the clock starts).
-//! `PLAIN=1` puts a message without properties.
+//! `PLAIN=1` puts a message without properties; `COLD=1` leaves the segment unwarmed (the
+//! putting thread then takes the first-touch page faults, as with RocketMQ's default settings).
 
 use std::time::Instant;
 
@@ -18,6 +19,7 @@ fn main() {
         .unwrap_or(2_000_000);
     let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
     let plain = std::env::var_os("PLAIN").is_some();
+    let cold = std::env::var_os("COLD").is_some();
     // Each record is the body plus about 130 bytes of head, topic and properties.
     let segment = ((count as u64 + 16) * (size as u64 + 192)).next_power_of_two() as i64;
     let msg = Message {
@@ -36,7 +38,7 @@ fn main() {
             std::env::temp_dir().join(format!("rmqstore-put-bench-{}-{round}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let cfg = StoreConfig {
-            warm_mapped_file_enable: true,
+            warm_mapped_file_enable: !cold,
             mapped_file_size_commit_log: segment,
             ..StoreConfig::default()
         };
