@@ -531,3 +531,36 @@ def test_message_body_is_a_copy() -> None:
     m = Message("T", buf)
     buf[0] = ord("z")
     assert m.body == b"abc"
+
+
+def test_put_message_is_the_binding_method_and_answers_as_the_wrapper(
+    open_store, store_path: Path
+) -> None:
+    """An open store's ``put_message`` is the binding's method itself (no Python frame), with
+    the wrapper's answers: results, statuses, errors after close."""
+    store = open_store()
+    assert store.put_message == store._core.put_message
+    r = store.put_message(Message("TopicA", b"x", tags="TagA"))
+    assert r.ok
+    assert r.queue_offset == 0
+    assert r.msg_num == 1
+    assert MessageStore.put_message(store, Message("TopicA", b"y")).queue_offset == 1
+    assert_failed(
+        store.put_message(Message("TopicA", b"z", queue_id=-1)), PutMessageStatus.MESSAGE_ILLEGAL
+    )
+    store.close()
+    with pytest.raises(rmqstore.errors.StoreClosedError):
+        store.put_message(Message("TopicA", b"z"))
+
+
+def test_a_subclass_overriding_put_message_keeps_its_own(store_path: Path) -> None:
+    seen: list[str] = []
+
+    class Audited(MessageStore):
+        def put_message(self, msg: Message) -> rmqstore.PutMessageResult:
+            seen.append(msg.topic)
+            return super().put_message(msg)
+
+    with Audited(store_path, mapped_file_size_commit_log=SEGMENT) as store:
+        assert store.put_message(Message("TopicA", b"x")).ok
+    assert seen == ["TopicA"]

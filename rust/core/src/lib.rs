@@ -30,7 +30,7 @@ pub mod fork;
 pub(crate) mod util;
 
 pub use commitlog::{
-    AppendResult, Batch, CommitStep, GroupCommitStep, RecoveryReport, RecoveryStart,
+    AppendResult, Batch, CommitStep, GroupCommitStep, RecordSizes, RecoveryReport, RecoveryStart,
 };
 pub use config::{FlushDiskType, StoreConfig};
 pub use dispatch::{ReputStep, PARALLEL_DISPATCH_BYTES};

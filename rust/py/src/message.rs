@@ -588,8 +588,9 @@ impl GetMessageResult {
     }
 }
 
-/// What a put answered.
-#[pyclass(frozen, module = "rmqstore._rmqstore")]
+/// What a put answered. Freed results are kept for reuse (a free list), so a put from one
+/// thread reuses the object its previous result left instead of allocating one.
+#[pyclass(frozen, freelist = 16, module = "rmqstore._rmqstore")]
 pub struct PutMessageResult {
     pub inner: AppendResult,
     pub store_host: HostAddr,

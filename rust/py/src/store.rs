@@ -193,6 +193,7 @@ impl Store {
         })
     }
 
+    /// Appends one message. Bad content is answered by ``result.status``, not raised.
     fn put_message(&self, py: Python<'_>, msg: &Bound<'_, Message>) -> PyResult<PutMessageResult> {
         let m = &msg.get().inner;
         let r = self.run(py, |s| s.put_message(m))?;

@@ -4,7 +4,8 @@
 //! messages with.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, MutexGuard};
 
 use super::CommitLog;
@@ -28,7 +29,58 @@ pub struct AppendResult {
     pub queue_offset: i64,
     pub store_timestamp: i64,
     /// Size of each record, in order (one entry for a single put).
-    pub record_sizes: Vec<i32>,
+    pub record_sizes: RecordSizes,
+}
+
+/// The size of each record a put wrote, in order: a slice of `i32`. The one size of a single
+/// put is kept inline, so a put allocates nothing for its result.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordSizes(Sizes);
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum Sizes {
+    #[default]
+    None,
+    One(i32),
+    Many(Vec<i32>),
+}
+
+impl RecordSizes {
+    /// The size of the one record of a single put.
+    pub fn one(size: i32) -> RecordSizes {
+        RecordSizes(Sizes::One(size))
+    }
+}
+
+impl From<Vec<i32>> for RecordSizes {
+    fn from(v: Vec<i32>) -> RecordSizes {
+        RecordSizes(match v.len() {
+            0 => Sizes::None,
+            1 => Sizes::One(v[0]),
+            _ => Sizes::Many(v),
+        })
+    }
+}
+
+impl Deref for RecordSizes {
+    type Target = [i32];
+
+    fn deref(&self) -> &[i32] {
+        match &self.0 {
+            Sizes::None => &[],
+            Sizes::One(size) => std::slice::from_ref(size),
+            Sizes::Many(v) => v,
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a RecordSizes {
+    type Item = &'a i32;
+    type IntoIter = std::slice::Iter<'a, i32>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
 }
 
 impl AppendResult {
@@ -39,7 +91,7 @@ impl AppendResult {
             wrote_bytes: 0,
             queue_offset: -1,
             store_timestamp: 0,
-            record_sizes: Vec::new(),
+            record_sizes: RecordSizes::default(),
         }
     }
 
@@ -129,15 +181,21 @@ impl CommitLog {
         }
     }
 
-    pub(super) fn lock_put(&self) -> MutexGuard<'_, PutState> {
-        let g = self.put.lock().unwrap_or_else(|p| p.into_inner());
-        self.begin_time_in_lock
-            .store(now_millis(), Ordering::Release);
-        g
+    /// Takes the append lock and reads the clock once: the time is both when the lock was
+    /// taken (`beginTimeInLock`, for [`CommitLog::is_os_page_cache_busy`]) and the store
+    /// timestamp's candidate, as `CommitLog.asyncPutMessage` uses one `now()` for both.
+    pub(super) fn lock_put(&self) -> PutLock<'_> {
+        let guard = self.put.lock().unwrap_or_else(|p| p.into_inner());
+        let now = now_millis();
+        self.begin_time_in_lock.store(now, Ordering::Release);
+        PutLock {
+            guard,
+            begin_time_in_lock: &self.begin_time_in_lock,
+            now,
+        }
     }
 
-    pub(super) fn unlock_put(&self, g: MutexGuard<'_, PutState>) {
-        self.begin_time_in_lock.store(0, Ordering::Release);
+    pub(super) fn unlock_put(&self, g: PutLock<'_>) {
         drop(g);
     }
 
@@ -192,22 +250,21 @@ impl CommitLog {
     }
 
     /// Appends one message (`asyncPutMessage`); in SYNC_FLUSH mode it then waits for the force
-    /// (`handleDiskFlush`). There is no HA wait: replication is not built yet.
+    /// (`handleDiskFlush`). There is no HA wait: replication is not built yet. The properties
+    /// are rendered straight into the record's template (no string of their own).
     pub(crate) fn put_message(&self, msg: &Message) -> AppendResult {
         if let Err(s) = self.admission() {
             return AppendResult::failed(s);
         }
-        let props =
-            match render_properties(msg.properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
-                Ok(p) => p,
-                Err(s) => return AppendResult::failed(s),
-            };
-        self.append_one(
-            msg,
-            &msg.body,
-            &props,
-            msg.property(crate::format::property::WAIT),
-        )
+        let env = self.message_envelope(msg);
+        match RecordTemplate::with_properties(&env, &msg.properties) {
+            Ok(template) => self.append_one(
+                &template,
+                &msg.body,
+                msg.property(crate::format::property::WAIT),
+            ),
+            Err(s) => AppendResult::failed(s),
+        }
     }
 
     /// Appends `msg` with `body` (not `msg.body`) and `props` as its stored properties string
@@ -224,16 +281,15 @@ impl CommitLog {
         if let Err(s) = self.admission() {
             return AppendResult::failed(s);
         }
-        self.append_one(msg, body, props, wait)
+        let env = self.message_envelope(msg);
+        if let Err(s) = check_envelope(&env, props) {
+            return AppendResult::failed(s);
+        }
+        self.append_one(&RecordTemplate::new(&env, props), body, wait)
     }
 
-    fn append_one(
-        &self,
-        msg: &Message,
-        body: &[u8],
-        props: &str,
-        wait: Option<&str>,
-    ) -> AppendResult {
+    /// The envelope of a single message's record.
+    fn message_envelope<'m>(&self, msg: &'m Message) -> RecordEnvelope<'m> {
         let mut env = self.envelope(
             &msg.topic,
             msg.queue_id,
@@ -244,13 +300,19 @@ impl CommitLog {
         );
         env.reconsume_times = msg.reconsume_times;
         env.prepared_transaction_offset = msg.prepared_transaction_offset;
-        if let Err(s) = check_envelope(&env, props) {
-            return AppendResult::failed(s);
-        }
-        let template = RecordTemplate::new(&env, props);
+        env
+    }
+
+    /// Appends one record of `template` with `body` and waits as `handleDiskFlush` does.
+    fn append_one(
+        &self,
+        template: &RecordTemplate<'_>,
+        body: &[u8],
+        wait: Option<&str>,
+    ) -> AppendResult {
         match template.prepare(body, &self.limits) {
             Ok(body) => {
-                let r = self.append(&template, std::slice::from_ref(&body));
+                let r = self.append(template, std::slice::from_ref(&body));
                 self.handle_disk_flush(r, wait)
             }
             Err(s) => AppendResult::failed(s),
@@ -386,17 +448,26 @@ impl CommitLog {
             template.transaction_type(),
             sysflag::TRANSACTION_NOT_TYPE | sysflag::TRANSACTION_COMMIT_TYPE
         );
-        let mut st = self.lock_put();
-        let store_ts = now_millis().max(st.last_store_ts);
+        let mut lock = self.lock_put();
+        let now = lock.now;
+        let st: &mut PutState = &mut lock;
+        let store_ts = now.max(st.last_store_ts);
+        // The queue's slot in the table, looked up once: read here, advanced after the write
+        // (absent for a queue's first put, inserted then).
+        let mut slot = None;
         let base_queue_offset = if consumes_offsets {
-            st.next_queue_offset(template.topic, template.queue_id)
+            slot = st
+                .queue_offsets
+                .get_mut(template.topic)
+                .and_then(|q| q.get_mut(&template.queue_id));
+            slot.as_deref().copied().unwrap_or(0)
         } else {
             0
         };
         // The last record's queue offset is base + len - 1, and must not pass the largest.
         if base_queue_offset > MAX_QUEUE_OFFSET + 1 - records.len() as i64 {
             // The queue's units could not be placed: refuse rather than wrap.
-            self.unlock_put(st);
+            drop(lock);
             log::error!(
                 target: "rmqstore.commitlog",
                 "queue {}/{} is at queue offset {base_queue_offset}: {} more messages would pass \
@@ -412,7 +483,7 @@ impl CommitLog {
             _ => match self.new_segment() {
                 Ok(f) => f,
                 Err(s) => {
-                    self.unlock_put(st);
+                    drop(lock);
                     return AppendResult::failed(s);
                 }
             },
@@ -426,14 +497,14 @@ impl CommitLog {
             file = match self.new_segment() {
                 Ok(f) => f,
                 Err(s) => {
-                    self.unlock_put(st);
+                    drop(lock);
                     return AppendResult::failed(s);
                 }
             };
             if total + i64::from(END_FILE_MIN_BLANK_LENGTH)
                 > file.file_size() - file.wrote_position()
             {
-                self.unlock_put(st);
+                drop(lock);
                 return AppendResult::failed(PutMessageStatus::UnknownError);
             }
         }
@@ -463,22 +534,29 @@ impl CommitLog {
         };
         debug_assert!(placed.is_some());
         file.set_store_timestamp(store_ts);
-        st.last_store_ts = store_ts;
         if consumes_offsets {
-            st.set_queue_offset(
-                template.topic,
-                template.queue_id,
-                base_queue_offset + records.len() as i64,
-            );
+            let next = base_queue_offset + records.len() as i64;
+            match slot {
+                Some(slot) => *slot = next,
+                None => st.set_queue_offset(template.topic, template.queue_id, next),
+            }
         }
-        self.unlock_put(st);
+        st.last_store_ts = store_ts;
+        drop(lock);
         AppendResult {
             status: PutMessageStatus::PutOk,
             wrote_offset,
             wrote_bytes: total,
             queue_offset: base_queue_offset,
             store_timestamp: store_ts,
-            record_sizes: records.iter().map(|r| r.total_len).collect(),
+            record_sizes: match records {
+                [one] => RecordSizes::one(one.total_len),
+                _ => records
+                    .iter()
+                    .map(|r| r.total_len)
+                    .collect::<Vec<_>>()
+                    .into(),
+            },
         }
     }
 
@@ -488,5 +566,34 @@ impl CommitLog {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .next_queue_offset(topic, queue_id)
+    }
+}
+
+/// The append lock held (see [`CommitLog::lock_put`]): the put state, and the time it was
+/// taken. Releasing it clears `beginTimeInLock` first, then unlocks.
+pub(super) struct PutLock<'a> {
+    guard: MutexGuard<'a, PutState>,
+    begin_time_in_lock: &'a AtomicI64,
+    /// The clock read when the lock was taken (milliseconds since the epoch).
+    pub(super) now: i64,
+}
+
+impl Drop for PutLock<'_> {
+    fn drop(&mut self) {
+        self.begin_time_in_lock.store(0, Ordering::Release);
+    }
+}
+
+impl Deref for PutLock<'_> {
+    type Target = PutState;
+
+    fn deref(&self) -> &PutState {
+        &self.guard
+    }
+}
+
+impl DerefMut for PutLock<'_> {
+    fn deref_mut(&mut self) -> &mut PutState {
+        &mut self.guard
     }
 }

@@ -246,7 +246,7 @@ impl CommitLog {
                 wrote_bytes: last.0 + last_len - first.0,
                 queue_offset: first.1,
                 store_timestamp: store_ts,
-                record_sizes: Vec::new(),
+                record_sizes: Default::default(),
             };
             let r = self.handle_disk_flush(r, None);
             if r.status != PutMessageStatus::PutOk && placed.status == PutMessageStatus::PutOk {

@@ -20,7 +20,7 @@ mod group_commit;
 mod read;
 mod recovery;
 
-pub use append::{AppendResult, Batch};
+pub use append::{AppendResult, Batch, RecordSizes};
 pub(crate) use append_records::EncodedRecords;
 pub(crate) use check::{queue_fields_are_legal, queue_position_is_legal};
 pub(crate) use flush::CommitRequests;

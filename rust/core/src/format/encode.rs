@@ -9,6 +9,7 @@ use super::message::{
     topic_is_legal, HostAddr, MessageLimits, PutMessageStatus, MAX_PROPERTIES_LENGTH,
     MAX_RECORD_SLACK,
 };
+use super::properties::{property_is_legal, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR};
 use super::record::*;
 use super::sysflag;
 use crate::util::masked_crc32;
@@ -32,18 +33,86 @@ pub(crate) fn check_envelope(
     env: &RecordEnvelope<'_>,
     properties: &str,
 ) -> Result<(), PutMessageStatus> {
+    check_envelope_len(env, properties.len())
+}
+
+/// [`check_envelope`] for a properties string of `properties_len` bytes not rendered yet.
+fn check_envelope_len(
+    env: &RecordEnvelope<'_>,
+    properties_len: usize,
+) -> Result<(), PutMessageStatus> {
     if !topic_is_legal(env.topic) || env.queue_id < 0 {
         return Err(PutMessageStatus::MessageIllegal);
     }
-    if properties.len() > MAX_PROPERTIES_LENGTH {
+    if properties_len > MAX_PROPERTIES_LENGTH {
         return Err(PutMessageStatus::PropertiesSizeExceeded);
     }
     Ok(())
 }
 
+/// The longest record head: every fixed field with IPv6 born and store hosts, up to and
+/// including the body length.
+const MAX_HEAD_LEN: usize = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 20 + 8 + 20 + 4 + 8 + 4;
+/// Tails (topic and properties with their lengths) up to this many bytes are kept inside the
+/// template, longer ones on the heap: a single put then allocates nothing.
+const INLINE_TAIL: usize = 256;
+
+/// A record's tail: inline when short (see [`INLINE_TAIL`]).
+#[derive(Clone, Debug)]
+// Inline on purpose: the template lives on the stack of one put, boxing would be the
+// allocation this avoids.
+#[allow(clippy::large_enum_variant)]
+enum Tail {
+    Inline { buf: [u8; INLINE_TAIL], len: usize },
+    Heap(Vec<u8>),
+}
+
+impl Tail {
+    /// `len` zero bytes.
+    fn zeroed(len: usize) -> Tail {
+        if len <= INLINE_TAIL {
+            Tail::Inline {
+                buf: [0; INLINE_TAIL],
+                len,
+            }
+        } else {
+            Tail::Heap(vec![0; len])
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Tail::Inline { buf, len } => &buf[..*len],
+            Tail::Heap(v) => v,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            Tail::Inline { buf, len } => &mut buf[..*len],
+            Tail::Heap(v) => v,
+        }
+    }
+}
+
+/// Writes byte strings one after the other into a slice.
+struct Cursor<'b> {
+    dst: &'b mut [u8],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) {
+        self.dst[self.at..self.at + bytes.len()].copy_from_slice(bytes);
+        self.at += bytes.len();
+    }
+}
+
 /// The bytes every record of one envelope shares, encoded once: the head up to and including the
 /// body-length field, and the tail after the body (topic and properties). Laying a record down is
-/// then a copy of the head, five patched fields, the body and the tail.
+/// then a copy of the head, five patched fields, the body and the tail. Both live inside the
+/// template for the usual sizes, so building one allocates nothing.
 #[derive(Clone, Debug)]
 pub(crate) struct RecordTemplate<'a> {
     pub topic: &'a str,
@@ -53,14 +122,54 @@ pub(crate) struct RecordTemplate<'a> {
     /// Read by the tests only.
     #[cfg_attr(not(test), allow(dead_code))]
     pub version: MessageVersion,
-    head: Vec<u8>,
-    tail: Vec<u8>,
+    head: [u8; MAX_HEAD_LEN],
+    head_len: usize,
+    tail: Tail,
     store_ts_pos: usize,
 }
 
 impl<'a> RecordTemplate<'a> {
     /// Encodes the shared parts; `properties` must already be validated.
     pub(crate) fn new(env: &RecordEnvelope<'a>, properties: &str) -> RecordTemplate<'a> {
+        Self::build(env, properties.len(), |c| c.put(properties.as_bytes()))
+    }
+
+    /// Checks the envelope and `properties` (as [`render_properties`] and [`check_envelope`]
+    /// do, with the same statuses) and encodes the shared parts, rendering the properties
+    /// string (`messageProperties2String`) straight into the tail instead of into a string of
+    /// its own.
+    ///
+    /// [`render_properties`]: super::properties::render_properties
+    pub(crate) fn with_properties(
+        env: &RecordEnvelope<'a>,
+        properties: &[(String, String)],
+    ) -> Result<RecordTemplate<'a>, PutMessageStatus> {
+        let mut len = 0usize;
+        for (k, v) in properties {
+            if !property_is_legal(k, v) {
+                return Err(PutMessageStatus::MessageIllegal);
+            }
+            len += k.len() + v.len() + 2;
+        }
+        check_envelope_len(env, len)?;
+        Ok(Self::build(env, len, |c| {
+            for (k, v) in properties {
+                c.put(k.as_bytes());
+                c.put(&[NAME_VALUE_SEPARATOR as u8]);
+                c.put(v.as_bytes());
+                c.put(&[PROPERTY_SEPARATOR as u8]);
+            }
+        }))
+    }
+
+    /// Encodes the shared parts with a properties string of `properties_len` bytes that
+    /// `write_properties` writes (at most [`MAX_PROPERTIES_LENGTH`], checked by the caller).
+    #[inline(always)]
+    fn build(
+        env: &RecordEnvelope<'a>,
+        properties_len: usize,
+        write_properties: impl FnOnce(&mut Cursor<'_>),
+    ) -> RecordTemplate<'a> {
         let version = MessageVersion::for_topic_len(env.topic.len());
         let mut sys_flag = env.sys_flag & !(sysflag::BORNHOST_V6 | sysflag::STOREHOSTADDRESS_V6);
         if env.born_host.is_v6() {
@@ -69,41 +178,55 @@ impl<'a> RecordTemplate<'a> {
         if env.store_host.is_v6() {
             sys_flag |= sysflag::STOREHOSTADDRESS_V6;
         }
-        let mut head = Vec::with_capacity(112);
-        head.extend_from_slice(&0i32.to_be_bytes()); // TOTALSIZE
-        head.extend_from_slice(&version.magic().to_be_bytes());
-        head.extend_from_slice(&0i32.to_be_bytes()); // BODYCRC
-        head.extend_from_slice(&env.queue_id.to_be_bytes());
-        head.extend_from_slice(&env.flag.to_be_bytes());
-        head.extend_from_slice(&0i64.to_be_bytes()); // QUEUEOFFSET
-        head.extend_from_slice(&0i64.to_be_bytes()); // PHYSICALOFFSET
-        head.extend_from_slice(&sys_flag.to_be_bytes());
-        head.extend_from_slice(&env.born_timestamp.to_be_bytes());
-        head.extend_from_slice(env.born_host.ip_bytes());
-        head.extend_from_slice(&env.born_host.port().to_be_bytes());
-        let store_ts_pos = head.len();
-        head.extend_from_slice(&0i64.to_be_bytes()); // STORETIMESTAMP
-        head.extend_from_slice(env.store_host.ip_bytes());
-        head.extend_from_slice(&env.store_host.port().to_be_bytes());
-        head.extend_from_slice(&env.reconsume_times.to_be_bytes());
-        head.extend_from_slice(&env.prepared_transaction_offset.to_be_bytes());
-        head.extend_from_slice(&0i32.to_be_bytes()); // BODY LENGTH
-        let mut tail = Vec::with_capacity(2 + env.topic.len() + 2 + properties.len());
+        let mut head = [0u8; MAX_HEAD_LEN];
+        let mut c = Cursor {
+            dst: &mut head,
+            at: 0,
+        };
+        c.put(&0i32.to_be_bytes()); // TOTALSIZE
+        c.put(&version.magic().to_be_bytes());
+        c.put(&0i32.to_be_bytes()); // BODYCRC
+        c.put(&env.queue_id.to_be_bytes());
+        c.put(&env.flag.to_be_bytes());
+        c.put(&0i64.to_be_bytes()); // QUEUEOFFSET
+        c.put(&0i64.to_be_bytes()); // PHYSICALOFFSET
+        c.put(&sys_flag.to_be_bytes());
+        c.put(&env.born_timestamp.to_be_bytes());
+        c.put(env.born_host.ip_bytes());
+        c.put(&env.born_host.port().to_be_bytes());
+        let store_ts_pos = c.at;
+        c.put(&0i64.to_be_bytes()); // STORETIMESTAMP
+        c.put(env.store_host.ip_bytes());
+        c.put(&env.store_host.port().to_be_bytes());
+        c.put(&env.reconsume_times.to_be_bytes());
+        c.put(&env.prepared_transaction_offset.to_be_bytes());
+        c.put(&0i32.to_be_bytes()); // BODY LENGTH
+        let head_len = c.at;
+        let topic_len_bytes = match version {
+            MessageVersion::V1 => 1,
+            MessageVersion::V2 => 2,
+        };
+        let mut tail = Tail::zeroed(topic_len_bytes + env.topic.len() + 2 + properties_len);
+        let mut c = Cursor {
+            dst: tail.as_mut_slice(),
+            at: 0,
+        };
         match version {
-            MessageVersion::V1 => tail.push(env.topic.len() as u8),
-            MessageVersion::V2 => tail.extend_from_slice(&(env.topic.len() as i16).to_be_bytes()),
+            MessageVersion::V1 => c.put(&[env.topic.len() as u8]),
+            MessageVersion::V2 => c.put(&(env.topic.len() as i16).to_be_bytes()),
         }
-        tail.extend_from_slice(env.topic.as_bytes());
-        tail.extend_from_slice(&(properties.len() as i16).to_be_bytes());
-        tail.extend_from_slice(properties.as_bytes());
+        c.put(env.topic.as_bytes());
+        c.put(&(properties_len as i16).to_be_bytes());
+        write_properties(&mut c);
+        debug_assert_eq!(c.at, c.dst.len());
         debug_assert_eq!(
-            (head.len() + tail.len()) as i64,
+            (head_len + c.at) as i64,
             cal_msg_length(
                 version,
                 sys_flag,
                 0,
                 env.topic.len() as i64,
-                properties.len() as i64
+                properties_len as i64
             )
         );
         RecordTemplate {
@@ -112,6 +235,7 @@ impl<'a> RecordTemplate<'a> {
             sys_flag,
             version,
             head,
+            head_len,
             tail,
             store_ts_pos,
         }
@@ -124,7 +248,7 @@ impl<'a> RecordTemplate<'a> {
 
     /// Record length for a body of `body_len` bytes.
     pub(crate) fn record_len(&self, body_len: usize) -> i64 {
-        (self.head.len() + body_len + self.tail.len()) as i64
+        (self.head_len + body_len + self.tail.as_slice().len()) as i64
     }
 
     /// Validates one body against the limits and measures its record.
@@ -161,7 +285,7 @@ impl<'a> RecordTemplate<'a> {
         store_ts: i64,
         publish: bool,
     ) {
-        let h = self.head.len();
+        let h = self.head_len;
         let b = body.body.len();
         let (head, rest) = dst.split_at_mut(h);
         let (body_dst, tail) = rest.split_at_mut(b);
@@ -169,7 +293,7 @@ impl<'a> RecordTemplate<'a> {
         // as the end of the data.
         head[..4].fill(0);
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-        head[4..].copy_from_slice(&self.head[4..]);
+        head[4..].copy_from_slice(&self.head[4..h]);
         head[BODY_CRC_POS..BODY_CRC_POS + 4].copy_from_slice(&body.body_crc.to_be_bytes());
         head[QUEUE_OFFSET_POSITION..QUEUE_OFFSET_POSITION + 8]
             .copy_from_slice(&queue_offset.to_be_bytes());
@@ -178,7 +302,7 @@ impl<'a> RecordTemplate<'a> {
         head[self.store_ts_pos..self.store_ts_pos + 8].copy_from_slice(&store_ts.to_be_bytes());
         head[h - 4..].copy_from_slice(&(b as i32).to_be_bytes());
         body_dst.copy_from_slice(body.body);
-        tail.copy_from_slice(&self.tail);
+        tail.copy_from_slice(self.tail.as_slice());
         if publish {
             publish_size(dst, body.total_len);
         }
@@ -379,6 +503,62 @@ pub(crate) mod tests {
         assert_eq!(d.topic, topic.as_bytes());
         assert!(!topic_is_legal(&"a".repeat(128)));
         assert!(!topic_is_legal(&format!("%RETRY%{}", "g".repeat(249))));
+    }
+
+    /// A single put renders its properties straight into the template: the same record bytes
+    /// and the same refusals as rendering the string first, inline and on the heap (a tail
+    /// longer than the inline buffer).
+    #[test]
+    fn properties_rendered_in_place_match_the_rendered_string() {
+        let long_value = "v".repeat(INLINE_TAIL * 2);
+        let cases: Vec<Vec<(String, String)>> = vec![
+            vec![],
+            vec![
+                ("TAGS".into(), "TagA".into()),
+                ("KEYS".into(), "k1 k2".into()),
+            ],
+            vec![("UNIQ_KEY".into(), long_value.clone())],
+        ];
+        let body = [7u8; 33];
+        for props in &cases {
+            let text =
+                render_properties(props.iter().map(|(k, v)| (k.as_str(), v.as_str()))).unwrap();
+            let want = PreparedMessage::new(&env("FooBar"), &body, &text, &limits())
+                .unwrap()
+                .to_vec(5, 500, 1_700_000_000_001);
+            let t = RecordTemplate::with_properties(&env("FooBar"), props).unwrap();
+            let b = t.prepare(&body, &limits()).unwrap();
+            let mut got = vec![0u8; b.total_len as usize];
+            t.write_record(&mut got, &b, 5, 500, 1_700_000_000_001, true);
+            assert_eq!(got, want);
+        }
+        let refused = |props: &[(&str, &str)], topic: &str| {
+            let props: Vec<(String, String)> = props
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            RecordTemplate::with_properties(&env(topic), &props).unwrap_err()
+        };
+        assert_eq!(
+            refused(&[("k", "a\u{1}b")], "T"),
+            PutMessageStatus::MessageIllegal
+        );
+        assert_eq!(refused(&[("", "v")], "T"), PutMessageStatus::MessageIllegal);
+        assert_eq!(refused(&[("k", "")], "T"), PutMessageStatus::MessageIllegal);
+        assert_eq!(
+            refused(&[("k", "v")], "bad topic"),
+            PutMessageStatus::MessageIllegal
+        );
+        let too_long = "v".repeat(40_000);
+        assert_eq!(
+            refused(&[("k", too_long.as_str())], "T"),
+            PutMessageStatus::PropertiesSizeExceeded
+        );
+        // An illegal property is refused as illegal before its length counts.
+        assert_eq!(
+            refused(&[("k", too_long.as_str()), ("", "v")], "T"),
+            PutMessageStatus::MessageIllegal
+        );
     }
 
     #[test]

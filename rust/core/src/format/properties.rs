@@ -135,13 +135,21 @@ where
     I: IntoIterator<Item = (&'a str, &'a str)> + Clone,
 {
     for (k, v) in props.clone() {
-        // An empty name or value would vanish on read; a separator would corrupt the string.
-        if k.is_empty() || v.is_empty() || !property_text_is_legal(k) || !property_text_is_legal(v)
-        {
+        if !property_is_legal(k, v) {
             return Err(PutMessageStatus::MessageIllegal);
         }
     }
     Ok(encode_properties(props))
+}
+
+/// Whether a property can be stored: an empty name or value would vanish on read; a separator
+/// would corrupt the string.
+#[inline]
+pub(crate) fn property_is_legal(name: &str, value: &str) -> bool {
+    !name.is_empty()
+        && !value.is_empty()
+        && property_text_is_legal(name)
+        && property_text_is_legal(value)
 }
 
 /// Calls `f(name, value)` for every `name \x01 value \x02` item of raw record properties, in

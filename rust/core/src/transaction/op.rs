@@ -184,7 +184,7 @@ mod tests {
             wrote_bytes: 0,
             queue_offset: 0,
             store_timestamp: 0,
-            record_sizes: vec![1],
+            record_sizes: vec![1].into(),
         }
     }
 
