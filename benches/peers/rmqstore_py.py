@@ -117,10 +117,11 @@ def main() -> None:
     folder = Path(sys.argv[1])
     n128, n1k, warmup = (int(a) for a in sys.argv[2:])
     rates: dict[str, object] = {"peer": "rmqstore-py"}
+    # Warm-up: every phase of both sizes, untimed, before any timed phase (as the Java peers).
+    for size in (128, 1024) if warmup > 0 else ():
+        single_round(folder, size, warmup)
+        batch_round(folder, size, warmup)
     for size, n in ((128, n128), (1024, n1k)):
-        if warmup > 0:
-            single_round(folder, size, warmup)
-            batch_round(folder, size, warmup)
         rates.update(single_round(folder, size, n))
         rates[f"batch_put_{size}"] = batch_round(folder, size, n)
     print(json.dumps(rates))

@@ -5,8 +5,11 @@
 # dependency; online when that fails).
 # The JVM flags: Chronicle's documented --add-exports/--add-opens for Java 17 (it reaches into
 # the JDK's internals for off-heap memory and mapped files), the same for every Java peer; 2 GiB
-# of heap, fixed, so the collector does not resize it between rounds; Chronicle's usage
-# analytics off (no network).
+# of heap, fixed, so the collector does not resize it between rounds; -Xbatch: the JIT compiles
+# in the foreground, so the programs' untimed warm-up ends with the hot code compiled (on a
+# shared 2-core machine the background compiler threads were starved and timed phases ran
+# half-compiled code: Chronicle's 128 B read at 5-14 M msg/s instead of 18-26 M); Chronicle's
+# usage analytics off (no network). PEER_JVM_OPTS adds flags.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 cls=$1
@@ -31,6 +34,6 @@ exec java \
     --add-opens=java.base/java.io=ALL-UNNAMED \
     --add-opens=java.base/java.util=ALL-UNNAMED \
     --add-opens=java.base/java.nio=ALL-UNNAMED \
-    -Xms2g -Xmx2g \
+    -Xms2g -Xmx2g -Xbatch ${PEER_JVM_OPTS:-} \
     -Dchronicle.analytics.disable=true \
     -cp "$jar:$(cat "$cp")" "rmqpeers.$cls" "$@"

@@ -155,11 +155,14 @@ fn main() {
     };
     let (n128, n1k, warmup) = (num(1), num(2), num(3));
     let mut rates: Vec<(String, f64)> = Vec::new();
-    for (size, n) in [(128, n128), (1024, n1k)] {
+    // Warm-up: every phase of both sizes, untimed, before any timed phase (as the Java peers).
+    for size in [128, 1024] {
         if warmup > 0 {
             single_round(&dir, size, warmup);
             batch_round(&dir, size, warmup);
         }
+    }
+    for (size, n) in [(128, n128), (1024, n1k)] {
         rates.extend(single_round(&dir, size, n));
         rates.push((format!("batch_put_{size}"), batch_round(&dir, size, n)));
     }

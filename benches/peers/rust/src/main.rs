@@ -230,11 +230,14 @@ fn main() {
     .build()
     .expect("runtime");
     let mut fields = Vec::new();
-    for (size, n) in [(128, n128), (1024, n1k)] {
+    // Warm-up: every phase of both sizes, untimed, before any timed phase (as the Java peers).
+    for size in [128, 1024] {
         if warmup > 0 {
             single_round(&owner, &dir, size, warmup);
             batch_round(&owner, &dir, size, warmup);
         }
+    }
+    for (size, n) in [(128, n128), (1024, n1k)] {
         let (put, read) = single_round(&owner, &dir, size, n);
         let batch = batch_round(&owner, &dir, size, n);
         fields.push(format!("\"put_{size}\": {put:.1}"));

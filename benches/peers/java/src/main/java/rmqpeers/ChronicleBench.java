@@ -26,16 +26,17 @@ public final class ChronicleBench {
     public static void main(String[] argv) {
         Args args = Args.parse("ChronicleBench", argv);
         Map<String, Object> rates = Args.rates();
-        for (int size : new int[] {128, 1024}) {
-            // Warm-up: the same phases on a queue of their own, untimed.
-            if (args.warmup > 0) {
-                Path warm = Args.fresh(args.dir, "chronicle-warm-");
-                try {
-                    round(warm, size, args.warmup);
-                } finally {
-                    Args.remove(warm);
-                }
+        // Warm-up: the same phases for both sizes on queues of their own, untimed, before any
+        // timed phase (so no timed phase runs code the JIT is about to recompile).
+        for (int size : args.warmup > 0 ? new int[] {128, 1024} : new int[0]) {
+            Path warm = Args.fresh(args.dir, "chronicle-warm-");
+            try {
+                round(warm, size, args.warmup);
+            } finally {
+                Args.remove(warm);
             }
+        }
+        for (int size : new int[] {128, 1024}) {
             Path folder = Args.fresh(args.dir, "chronicle-");
             try {
                 double[] r = round(folder, size, args.count(size));

@@ -8,6 +8,7 @@ import java.util.Map;
 import java.util.Optional;
 import org.apache.kafka.common.compress.Compression;
 import org.apache.kafka.common.config.TopicConfig;
+import org.apache.kafka.common.record.internal.FileRecords;
 import org.apache.kafka.common.record.internal.MemoryRecords;
 import org.apache.kafka.common.record.internal.Record;
 import org.apache.kafka.common.record.internal.RecordBatch;
@@ -31,10 +32,13 @@ import org.apache.kafka.storage.log.metrics.BrokerTopicStats;
  *       for each message (the record batch a producer sends with one record in it: its CRC32C
  *       computed when built, checked again by the log's validation), leader epoch 0;
  *   <li>{@code batch_put_<size>}: the same with 1,000 records a batch, into a fresh log;
- *   <li>{@code read_<size>}: {@code read} of the single-put log from offset 0 to its end, 1 MiB
- *       a call (a consumer's default {@code max.partition.fetch.bytes}), each batch's CRC checked
- *       ({@code ensureValid}, as the consumer's default {@code check.crcs} does) and each
- *       record's value copied into a reusable {@code byte[]}.
+ *   <li>{@code read_<size>}: {@code read} of the batched log from offset 0 to its end, 1 MiB a
+ *       call (a consumer's default {@code max.partition.fetch.bytes}), as a consumer receives
+ *       it: the call's bytes copied into a buffer in one call (what a fetch response carries),
+ *       then iterated in memory, each batch's CRC checked ({@code ensureValid}, as the
+ *       consumer's default {@code check.crcs} does) and each record's value copied into a
+ *       reusable {@code byte[]};
+ *   <li>{@code read_single_<size>}: the same read of the single-put log (one record a batch).
  * </ul>
  *
  * <p>The log: 1 GiB segments (Kafka's default), the offset and time indexes built inline on
@@ -55,15 +59,18 @@ public final class KafkaBench {
         BrokerTopicStats stats = new BrokerTopicStats();
         Map<String, Object> rates = Args.rates();
         try {
+            // Warm-up: every phase of both sizes, untimed, before any timed phase.
+            for (int size : args.warmup > 0 ? new int[] {128, 1024} : new int[0]) {
+                single(args.dir, size, args.warmup, scheduler, stats);
+                batch(args.dir, size, args.warmup, scheduler, stats);
+            }
             for (int size : new int[] {128, 1024}) {
-                if (args.warmup > 0) {
-                    single(args.dir, size, args.warmup, scheduler, stats);
-                    batch(args.dir, size, args.warmup, scheduler, stats);
-                }
                 double[] r = single(args.dir, size, args.count(size), scheduler, stats);
+                double[] b = batch(args.dir, size, args.count(size), scheduler, stats);
                 rates.put("put_" + size, r[0]);
-                rates.put("read_" + size, r[1]);
-                rates.put("batch_put_" + size, batch(args.dir, size, args.count(size), scheduler, stats));
+                rates.put("batch_put_" + size, b[0]);
+                rates.put("read_" + size, b[1]);
+                rates.put("read_single_" + size, r[1]);
             }
         } finally {
             stats.close();
@@ -113,33 +120,8 @@ public final class KafkaBench {
                 if (log.logEndOffset() != n) {
                     throw new IllegalStateException("kafka log end " + log.logEndOffset() + " != " + n);
                 }
-                byte[] into = new byte[Math.max(size, 4096)];
-                long got = 0;
-                long bytes = 0;
-                long check = 0;
-                long offset = 0;
-                t0 = System.nanoTime();
-                while (offset < n) {
-                    FetchDataInfo info = log.read(offset, FETCH_BYTES, FetchIsolation.LOG_END, true);
-                    for (RecordBatch batch : info.records.batches()) {
-                        batch.ensureValid();
-                        for (Record record : batch) {
-                            ByteBuffer value = record.value();
-                            int len = value.remaining();
-                            value.get(into, 0, len);
-                            check += into[len - 1];
-                            bytes += len;
-                            got++;
-                        }
-                        offset = batch.nextOffset();
-                    }
-                }
-                long readNanos = System.nanoTime() - t0;
-                Args.expect("kafka read", got, n, bytes, (long) n * size);
-                if (check != (long) n * body[size - 1]) {
-                    throw new IllegalStateException("kafka read: values differ from those written");
-                }
-                return new double[] {Args.rate(n, putNanos), Args.rate(n, readNanos)};
+                double read = read(log, n, body);
+                return new double[] {Args.rate(n, putNanos), read};
             } finally {
                 log.close();
             }
@@ -148,8 +130,54 @@ public final class KafkaBench {
         }
     }
 
-    /** Appends of {@code n} bodies in batches of {@link #BATCH} records: msg/s. */
-    static double batch(Path tmp, int size, int n, KafkaScheduler scheduler, BrokerTopicStats stats)
+    /**
+     * Reads the whole log from offset 0 as a consumer receives it: each {@code read} call's
+     * bytes (up to {@link #FETCH_BYTES}, what a fetch response would carry) copied into a
+     * reusable buffer in one call, then its batches iterated in memory, each batch's CRC checked
+     * and each record's value copied into a reusable {@code byte[]}: msg/s.
+     */
+    static double read(UnifiedLog log, int n, byte[] body) throws Exception {
+        int size = body.length;
+        ByteBuffer fetched = ByteBuffer.allocate(FETCH_BYTES + (BATCH + 1) * (size + 64));
+        byte[] into = new byte[Math.max(size, 4096)];
+        long got = 0;
+        long bytes = 0;
+        long check = 0;
+        long offset = 0;
+        long t0 = System.nanoTime();
+        while (offset < n) {
+            FetchDataInfo info = log.read(offset, FETCH_BYTES, FetchIsolation.LOG_END, true);
+            fetched.clear();
+            if (info.records instanceof FileRecords file) {
+                fetched.limit(file.sizeInBytes());
+                file.readInto(fetched, 0);
+            } else {
+                throw new IllegalStateException("kafka read: " + info.records.getClass());
+            }
+            for (RecordBatch batch : MemoryRecords.readableRecords(fetched).batches()) {
+                batch.ensureValid();
+                for (Record record : batch) {
+                    ByteBuffer value = record.value();
+                    int len = value.remaining();
+                    value.get(into, 0, len);
+                    check += into[len - 1];
+                    bytes += len;
+                    got++;
+                }
+                offset = batch.nextOffset();
+            }
+        }
+        long readNanos = System.nanoTime() - t0;
+        Args.expect("kafka read", got, n, bytes, (long) n * size);
+        if (check != (long) n * body[size - 1]) {
+            throw new IllegalStateException("kafka read: values differ from those written");
+        }
+        return Args.rate(n, readNanos);
+    }
+
+    /** Appends of {@code n} bodies in batches of {@link #BATCH} records, then a read of them all:
+     * {put, read} msg/s. */
+    static double[] batch(Path tmp, int size, int n, KafkaScheduler scheduler, BrokerTopicStats stats)
             throws Exception {
         byte[] body = Args.body(size);
         Path folder = Args.fresh(tmp, "kafka-batch-");
@@ -172,7 +200,7 @@ public final class KafkaBench {
                 if (log.logEndOffset() != n) {
                     throw new IllegalStateException("kafka log end " + log.logEndOffset() + " != " + n);
                 }
-                return Args.rate(n, nanos);
+                return new double[] {Args.rate(n, nanos), read(log, n, body)};
             } finally {
                 log.close();
             }
