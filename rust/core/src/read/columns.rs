@@ -228,23 +228,42 @@ impl BatchColumns {
     /// [`BatchColumns::append`] of `binary_view` bodies: the views of `other` rebased onto
     /// this batch's buffers, its buffers after this one's.
     fn append_views(&mut self, other: &BatchColumns) {
-        let buffers = self.body_buffers.len() as u32;
+        // The halves usually meet inside one segment: its two buffers become one.
+        let merged = match (self.body_buffers.last(), other.body_buffers.first()) {
+            (Some(a), Some(b))
+                if Arc::ptr_eq(&a.view, &b.view)
+                    && b.start >= a.start
+                    && a.end.max(b.end) - a.start <= VIEW_BUFFER_MAX =>
+            {
+                Some((b.start - a.start) as u32)
+            }
+            _ => None,
+        };
+        let first = self.body_buffers.len() as u32 - u32::from(merged.is_some());
         let owned = self.body_data.len() as u32;
         for v in other.body_views.chunks_exact(16) {
             let mut v: [u8; 16] = v.try_into().expect("16-byte chunk");
             let len = u32::from_le_bytes(v[..4].try_into().expect("4 bytes"));
             if len as usize > VIEW_INLINE_MAX {
                 let index = u32::from_le_bytes(v[8..12].try_into().expect("4 bytes"));
-                if index == OWNED_BUFFER {
-                    let offset = u32::from_le_bytes(v[12..16].try_into().expect("4 bytes"));
-                    v[12..16].copy_from_slice(&(offset + owned).to_le_bytes());
-                } else {
-                    v[8..12].copy_from_slice(&(index + buffers).to_le_bytes());
-                }
+                let offset = u32::from_le_bytes(v[12..16].try_into().expect("4 bytes"));
+                let (index, offset) = match (index, merged) {
+                    (OWNED_BUFFER, _) => (OWNED_BUFFER, offset + owned),
+                    (0, Some(shift)) => (first, offset + shift),
+                    _ => (index + first, offset),
+                };
+                v[8..12].copy_from_slice(&index.to_le_bytes());
+                v[12..16].copy_from_slice(&offset.to_le_bytes());
             }
             self.body_views.extend_from_slice(&v);
         }
-        self.body_buffers.extend(other.body_buffers.iter().cloned());
+        let mut rest = other.body_buffers.iter();
+        if merged.is_some() {
+            if let (Some(a), Some(b)) = (self.body_buffers.last_mut(), rest.next()) {
+                a.end = a.end.max(b.end);
+            }
+        }
+        self.body_buffers.extend(rest.cloned());
         self.body_data.extend_from_slice(&other.body_data);
         self.owned_views += other.owned_views;
     }
@@ -618,6 +637,60 @@ impl PropsSplit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn view_buffers_split_at_the_span_limit() {
+        use std::io::Write;
+        let path = std::env::temp_dir().join(format!("rmq-viewsplit-{}", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        let content: Vec<u8> = (0..8192u32).map(|i| (i % 253) as u8).collect();
+        f.write_all(&content).unwrap();
+        let view = SegmentView::open(&f, &path, 8192).unwrap();
+        let mut c = BatchColumns::with_room(8, 0, true);
+        // (offset, length): with a 100-byte limit, buffers [0, 90), [100, 190), [300, 340),
+        // then a body before the last buffer's start opens another, and a short one is inline.
+        let rows = [
+            (0, 40),
+            (50, 40),
+            (100, 40),
+            (150, 40),
+            (300, 40),
+            (200, 13),
+            (9, 12),
+        ];
+        for &(at, len) in &rows {
+            let body = &content[at..at + len];
+            let at = BodyAt {
+                view: &view,
+                offset: at as i64,
+            };
+            c.push_body_view(body, &at, 100);
+        }
+        let spans: Vec<(i64, i64)> = c.body_buffers.iter().map(|b| (b.start, b.end)).collect();
+        assert_eq!(spans, [(0, 90), (100, 190), (300, 340), (200, 213)]);
+        for (v, &(at, len)) in c.body_views.chunks_exact(16).zip(&rows) {
+            assert_eq!(u32::from_le_bytes(v[..4].try_into().unwrap()) as usize, len);
+            if len <= VIEW_INLINE_MAX {
+                assert_eq!(&v[4..4 + len], &content[at..at + len]);
+                continue;
+            }
+            let index = u32::from_le_bytes(v[8..12].try_into().unwrap()) as usize;
+            let offset = u32::from_le_bytes(v[12..16].try_into().unwrap()) as usize;
+            assert!(offset + len <= 100);
+            let b = &c.body_buffers[index].bytes()[offset..offset + len];
+            assert_eq!(b, &content[at..at + len]);
+        }
+        c.finish_views();
+        drop(c);
+        drop(view);
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn short_strings_are_copied_exactly_at_every_length_and_room() {
