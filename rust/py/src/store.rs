@@ -139,10 +139,7 @@ impl Store {
                 s.query_message(topic, key, max_num, begin, end)
             }
         })?;
-        Ok(found
-            .into_iter()
-            .map(|inner| MessageExt { inner })
-            .collect())
+        Ok(found.into_iter().map(MessageExt::new).collect())
     }
 }
 
@@ -256,7 +253,7 @@ impl Store {
         #[pyo3(from_py_with = args::offset)] offset: i64,
     ) -> PyResult<Option<MessageExt>> {
         let m = self.run(py, |s| s.look_message_by_offset(offset))?;
-        Ok(m.map(|inner| MessageExt { inner }))
+        Ok(m.map(MessageExt::new))
     }
 
     // -- dispatch ---------------------------------------------------------------------------
