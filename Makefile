@@ -12,7 +12,8 @@ SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -
 # The platform tag of the wheel: glibc 2.28 or later (RHEL 8, Debian 10, Ubuntu 20.04, ...).
 MANYLINUX := manylinux_2_28
 
-.PHONY: demo test wheel lint rust-test py-test bench bench-quick bench-interop bench-interop-scheduled fmt clean
+.PHONY: demo test wheel lint rust-test py-test bench bench-quick bench-interop bench-interop-scheduled \
+	bench-peers bench-peers-quick fmt clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,7 +79,17 @@ bench-interop: $(WHEEL)
 bench-interop-scheduled: $(WHEEL)
 	$(BIN)/python benches/interop_scheduled.py
 
-test: lint rust-test py-test bench-quick
+# Issue 20: rmqstore's core and Python API against Chronicle Queue, Kafka's log and rocketmq-rust's
+# store, alternating processes, medians and ratios of one run (benches/peers/run.py; needs java,
+# mvn and cargo; Maven Central and crates.io the first time). Quick: 3 rounds, small counts,
+# rmqstore and Chronicle Queue (part of `make test`).
+bench-peers: $(WHEEL)
+	$(BIN)/python benches/peers/run.py
+
+bench-peers-quick: $(WHEEL)
+	$(BIN)/python benches/peers/run.py --quick
+
+test: lint rust-test py-test bench-quick bench-peers-quick
 
 fmt:
 	cargo fmt --all
