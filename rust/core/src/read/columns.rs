@@ -55,6 +55,16 @@ pub struct BatchColumns {
     pub(crate) owned_views: usize,
 }
 
+/// A dropped batch gives its vectors to the pool ([`crate::read::vec_pool`]) for the next reads,
+/// so that a read loop in Rust does not fault fresh pages in for every batch either.
+impl Drop for BatchColumns {
+    fn drop(&mut self) {
+        for (_, v) in self.take_named() {
+            v.recycle();
+        }
+    }
+}
+
 /// A range of a segment's read-only mapping that `binary_view` bodies point into; holding it
 /// keeps the mapping (and the bytes, see [`SegmentView`]) alive.
 #[derive(Debug, Clone)]
@@ -116,6 +126,14 @@ pub enum ColumnVec {
 }
 
 impl ColumnVec {
+    fn capacity_bytes(&self) -> usize {
+        match self {
+            ColumnVec::U8(v) => v.capacity(),
+            ColumnVec::I32(v) => v.capacity() * 4,
+            ColumnVec::I64(v) => v.capacity() * 8,
+        }
+    }
+
     /// The bytes of the vector, in this host's byte order: an in-memory Arrow buffer (Arrow's
     /// in-memory format is native-endian), never written to disk.
     pub fn bytes(&self) -> &[u8] {
@@ -130,8 +148,12 @@ impl ColumnVec {
         }
     }
 
-    /// Gives the vector to the pool of dropped batches (`read::vec_pool`).
+    /// Gives the vector to the pool of dropped batches (`read::vec_pool`); one too small to
+    /// be kept is freed without taking the pool's lock.
     pub fn recycle(self) {
+        if self.capacity_bytes() < vec_pool::POOL_MIN_BYTES {
+            return;
+        }
         match self {
             ColumnVec::U8(v) => vec_pool::recycle(v),
             ColumnVec::I32(v) => vec_pool::recycle(v),
@@ -411,39 +433,44 @@ impl BatchColumns {
 
     /// Every column vector with its name, in one list: what the binding hands to Python and
     /// what `BatchColumns::recycle` gives back to the pool.
-    pub fn into_named(self) -> [(&'static str, ColumnVec); 21] {
+    pub fn into_named(mut self) -> [(&'static str, ColumnVec); 21] {
+        self.take_named()
+    }
+
+    /// [`BatchColumns::into_named`], leaving empty vectors behind.
+    fn take_named(&mut self) -> [(&'static str, ColumnVec); 21] {
+        use std::mem::take;
         use ColumnVec::{I32, I64, U8};
         let c = self;
         [
-            ("topic_offsets", I32(c.topic_offsets)),
-            ("topic_data", U8(c.topic_data)),
-            ("queue_id", I32(c.queue_id)),
-            ("queue_offset", I64(c.queue_offset)),
-            ("commit_log_offset", I64(c.commit_log_offset)),
-            ("store_timestamp", I64(c.store_timestamp)),
-            ("born_timestamp", I64(c.born_timestamp)),
-            ("tags_valid", U8(c.tags_valid)),
-            ("tags_offsets", I32(c.tags_offsets)),
-            ("tags_data", U8(c.tags_data)),
-            ("keys_list_offsets", I32(c.keys_list_offsets)),
-            ("keys_offsets", I32(c.keys_offsets)),
-            ("keys_data", U8(c.keys_data)),
-            ("props_map_offsets", I32(c.props_map_offsets)),
-            ("props_key_offsets", I32(c.props_key_offsets)),
-            ("props_key_data", U8(c.props_key_data)),
-            ("props_value_offsets", I32(c.props_value_offsets)),
-            ("props_value_data", U8(c.props_value_data)),
-            ("body_offsets", I32(c.body_offsets)),
-            ("body_data", U8(c.body_data)),
-            ("body_views", U8(c.body_views)),
+            ("topic_offsets", I32(take(&mut c.topic_offsets))),
+            ("topic_data", U8(take(&mut c.topic_data))),
+            ("queue_id", I32(take(&mut c.queue_id))),
+            ("queue_offset", I64(take(&mut c.queue_offset))),
+            ("commit_log_offset", I64(take(&mut c.commit_log_offset))),
+            ("store_timestamp", I64(take(&mut c.store_timestamp))),
+            ("born_timestamp", I64(take(&mut c.born_timestamp))),
+            ("tags_valid", U8(take(&mut c.tags_valid))),
+            ("tags_offsets", I32(take(&mut c.tags_offsets))),
+            ("tags_data", U8(take(&mut c.tags_data))),
+            ("keys_list_offsets", I32(take(&mut c.keys_list_offsets))),
+            ("keys_offsets", I32(take(&mut c.keys_offsets))),
+            ("keys_data", U8(take(&mut c.keys_data))),
+            ("props_map_offsets", I32(take(&mut c.props_map_offsets))),
+            ("props_key_offsets", I32(take(&mut c.props_key_offsets))),
+            ("props_key_data", U8(take(&mut c.props_key_data))),
+            ("props_value_offsets", I32(take(&mut c.props_value_offsets))),
+            ("props_value_data", U8(take(&mut c.props_value_data))),
+            ("body_offsets", I32(take(&mut c.body_offsets))),
+            ("body_data", U8(take(&mut c.body_data))),
+            ("body_views", U8(take(&mut c.body_views))),
         ]
     }
 
-    /// Gives every vector to the pool of dropped batches, for the next reads.
+    /// Gives every vector to the pool of dropped batches, for the next reads (as dropping the
+    /// batch does).
     pub(crate) fn recycle(self) {
-        for (_, v) in self.into_named() {
-            v.recycle();
-        }
+        drop(self);
     }
 
     /// Appends the row of record `d`; with `decompress`, a compressed body is appended

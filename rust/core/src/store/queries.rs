@@ -273,10 +273,11 @@ impl MessageStore {
             };
             match self.readable_queue(o, topic, queue_id)? {
                 Some(cq) => crate::read::read_batch(&o.commitlog, &cq, offset, max_msgs, opts),
-                None => Ok(crate::read::BatchColumns {
-                    next_offset: offset.max(0),
-                    ..crate::read::BatchColumns::empty()
-                }),
+                None => {
+                    let mut empty = crate::read::BatchColumns::empty();
+                    empty.next_offset = offset.max(0);
+                    Ok(empty)
+                }
             }
         })?
     }
