@@ -5,7 +5,7 @@ use super::view_next;
 use crate::commitlog::{queue_fields_are_legal, CommitLog};
 use crate::error::Result;
 use crate::format::{check_record, DispatchProps, RecordCheck};
-use crate::index::{IndexBatch, IndexService};
+use crate::index::{IndexBatch, IndexFile, IndexService};
 
 /// Records after a gap's first one read before a gap of messages without keys is taken for
 /// what it is. RocketMQ loses index entries only when a file fills within the millisecond it
@@ -65,6 +65,34 @@ pub(crate) fn fill_index_gaps(commitlog: &CommitLog, index: &IndexService) -> Re
         written += index.fill_gap(&gap, &mut batch)?;
     }
     Ok(written)
+}
+
+/// Whether the commitlog holds a message starting at `phy_offset` (below its confirmed end)
+/// with a key that `file` holds an entry of for that offset: what [`IndexService::adopt_covered_end`]
+/// asks before it trusts entries past a file's header.
+pub(crate) fn file_holds_message(
+    commitlog: &CommitLog,
+    index: &IndexService,
+    file: &IndexFile,
+    phy_offset: i64,
+) -> bool {
+    let end = commitlog.confirm_offset();
+    if phy_offset < commitlog.min_offset().max(0) || phy_offset >= end {
+        return false;
+    }
+    let mut batch = IndexBatch::default();
+    scan_for_index(
+        commitlog,
+        phy_offset,
+        phy_offset,
+        end,
+        index.index_tags(),
+        usize::MAX,
+        &mut batch,
+    );
+    batch.first_message().is_some_and(|(phy, hashes)| {
+        phy == phy_offset && hashes.iter().any(|&h| file.count_entries(h, phy) > 0)
+    })
 }
 
 /// Adds to `batch` the index keys of the records that start in `[from, to]` (reading no further

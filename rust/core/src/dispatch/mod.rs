@@ -11,7 +11,7 @@ mod gaps;
 mod reput;
 mod sink;
 
-pub(crate) use gaps::fill_index_gaps;
+pub(crate) use gaps::{file_holds_message, fill_index_gaps};
 pub(crate) use reput::reput;
 pub(crate) use sink::{store_sinks, StoreSinks};
 

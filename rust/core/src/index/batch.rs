@@ -72,6 +72,13 @@ impl IndexBatch {
         self.messages.push((phy_offset, store_timestamp, 0));
     }
 
+    /// The first message's commitlog offset and its key hashes (hashing what is pending).
+    pub(crate) fn first_message(&mut self) -> Option<(i64, &[i32])> {
+        self.hash_pending();
+        let &(phy, _, end) = self.messages.first()?;
+        Some((phy, &self.hashes[..end]))
+    }
+
     /// Splits and hashes the keys of the messages added since the last call. Dispatch calls it
     /// on the thread that parses records before handing the batch to the index writer (the
     /// writer is the busier of the two); [`super::IndexService::build_batch`] hashes what is left.

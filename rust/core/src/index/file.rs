@@ -55,6 +55,9 @@ pub(crate) struct IndexFile {
     /// Bytes from the start whose blocks are reserved: the mapping is only written below this,
     /// so a full disk fails a put instead of faulting the process (SIGBUS).
     reserved: AtomicU64,
+    /// The end dispatch resumes after and a next file is seeded from, when the open confirmed
+    /// that the entries run past the header's end ([`IndexFile::covered_end`]).
+    adopted_end: std::sync::OnceLock<(i64, i64)>,
     /// Tests: accesses asked for outside the mapping (each refused); must stay 0, as every
     /// position is range-checked before it is asked for.
     #[cfg(test)]
@@ -242,6 +245,7 @@ impl IndexFile {
                 .try_clone()
                 .map_err(|e| StoreError::io("cannot open", path, e))?,
             reserved: AtomicU64::new(0),
+            adopted_end: std::sync::OnceLock::new(),
             #[cfg(test)]
             stray: std::sync::atomic::AtomicUsize::new(0),
         })
@@ -685,6 +689,81 @@ impl IndexFile {
         }
         self.entry_phy_offset(1) == Some(self.begin_phy_offset())
             && self.entry_phy_offset(count - 1) == Some(self.end_phy_offset())
+    }
+
+    /// The commitlog offset and store time of the last message whose keys the file holds: the
+    /// header's end, unless the entries run past it. RocketMQ 4.9.8's background flush of a
+    /// full file can land on a newer file of the same name after the newer's last put (see
+    /// [`super::gaps::IndexGap`]): the header is then wholly the full file's (its count, its
+    /// end), while entries from 1 on are the newer file's, whose messages all lie at or after
+    /// that end, followed by what is left of the full file's entries, all at or before it.
+    /// Seen from the header alone, the file ends where the full file ended and the newer's
+    /// messages look unindexed: dispatch resuming there would index them a second time.
+    ///
+    /// The newer's entries are found without reading the file through: after the run of
+    /// entries of their first message (a message whose keys the full file began holds them at
+    /// its end too), an entry lies past the header's end exactly while it is the newer's, so a
+    /// binary search finds the last of them. The store time is the entry's (seconds after the
+    /// header's begin time), never below the header's end time.
+    pub(crate) fn covered_end(&self) -> (i64, i64) {
+        let h = self.header();
+        let header_end = (h.end_phy_offset, h.end_timestamp);
+        let count = h.index_count.min(self.index_num);
+        let Some(first) = self.entry_phy_offset(1) else {
+            return header_end;
+        };
+        if first < h.end_phy_offset || self.entries_match_header() {
+            return header_end;
+        }
+        // Entries 1.. of the first message (bounded by what one message's keys can be).
+        let mut lo = 1;
+        while lo + 1 < count && self.entry_phy_offset(lo + 1) == Some(first) {
+            lo += 1;
+        }
+        // Invariant: entry `lo` is the newer's; find the last entry past the header's end.
+        let past = |n: i32| {
+            self.entry_phy_offset(n)
+                .is_some_and(|p| p > h.end_phy_offset)
+        };
+        let (mut good, mut bad) = (lo, count);
+        if lo + 1 < count && past(lo + 1) {
+            good = lo + 1;
+            while bad - good > 1 {
+                let mid = good + (bad - good) / 2;
+                if past(mid) {
+                    good = mid;
+                } else {
+                    bad = mid;
+                }
+            }
+        }
+        let Some(phy) = self.entry_phy_offset(good) else {
+            return header_end;
+        };
+        let diff = self
+            .get_i32(self.entry_word(good) + E_TIME_DIFF, Ordering::Relaxed)
+            .unwrap_or(0)
+            .max(0);
+        let ts = h
+            .begin_timestamp
+            .saturating_add(i64::from(diff).saturating_mul(1000))
+            .max(h.end_timestamp);
+        (phy.max(h.end_phy_offset), ts)
+    }
+
+    /// The commitlog offset and store time of the last message indexed here: the header's end,
+    /// or the [`IndexFile::covered_end`] the open confirmed ([`IndexFile::adopt_end`]).
+    pub(crate) fn resume_end(&self) -> (i64, i64) {
+        self.adopted_end
+            .get()
+            .copied()
+            .unwrap_or_else(|| (self.end_phy_offset(), self.end_timestamp()))
+    }
+
+    /// Takes `end` (a [`IndexFile::covered_end`] the commitlog confirmed) as the file's
+    /// [`IndexFile::resume_end`]; the header on disk stays as it is (RocketMQ's file).
+    pub(crate) fn adopt_end(&self, end: (i64, i64)) {
+        let _ = self.adopted_end.set(end);
     }
 
     /// The largest commitlog offset the file names, in its header or its last entry.

@@ -412,6 +412,66 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 
+    /// The flush of full file B landed after the last put of C, made in B's millisecond and
+    /// so mapping B's file, at the end of the index, as RocketMQ 4.9.8 really leaves it: the
+    /// whole header is B's (its full count, its end 180), C's puts (190, 200) overwrote B's
+    /// first two entries and their slots, B's other entries are left behind them. The file
+    /// covers up to 200: dispatch resumes there and a new file is seeded from there, so C's
+    /// messages are not indexed a second time (one CI run indexed them twice, into a new last
+    /// file, when the index's progress was read from the header).
+    #[test]
+    fn whole_header_of_a_full_file_over_the_last_file() {
+        use crate::format::index::{HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE};
+        let d = tmp("whole-last");
+        file(&d, "20240101120000100", 0, &[100, 110]);
+        let b = d.join("20240101120000200");
+        file(
+            &d,
+            "20240101120000200",
+            110,
+            &[120, 130, 140, 150, 160, 170, 180],
+        );
+        let c_alone = tmp("whole-last-c");
+        file(&c_alone, "c", 180, &[190, 200]);
+        let mut bytes = std::fs::read(&b).unwrap();
+        let c = std::fs::read(c_alone.join("c")).unwrap();
+        let slots = INDEX_HEADER_SIZE as usize;
+        let entries = slots + (SLOTS as usize) * HASH_SLOT_SIZE as usize;
+        for at in (slots..entries).step_by(4) {
+            if c[at..at + 4] != [0; 4] {
+                bytes[at..at + 4].copy_from_slice(&c[at..at + 4]);
+            }
+        }
+        let (e1, e3) = (
+            entries + INDEX_ENTRY_SIZE as usize,
+            entries + 3 * INDEX_ENTRY_SIZE as usize,
+        );
+        bytes[e1..e3].copy_from_slice(&c[e1..e3]);
+        std::fs::write(&b, &bytes).unwrap();
+        let _ = std::fs::remove_dir_all(&c_alone);
+
+        let s = IndexService::load(&d, SLOTS, ENTRIES).unwrap();
+        let raced = &s.files()[1];
+        assert!(raced.is_write_full());
+        assert_eq!(raced.end_phy_offset(), 180);
+        assert_eq!(raced.covered_end().0, 200);
+        // Unconfirmed entries are not trusted; confirmed ones are.
+        assert_eq!(s.adopt_covered_end(|_, _| false), None);
+        assert_eq!(s.progress(), Some(180));
+        assert_eq!(
+            s.adopt_covered_end(|f, phy| f.count_entries(index_key_hash("T#k200"), phy) > 0),
+            Some(200)
+        );
+        assert_eq!(s.progress(), Some(200));
+        // Dispatch resuming at 200 (with 190 again) writes nothing twice.
+        s.build_batch(&mut batch(190, 200)).unwrap();
+        for phy in [190, 200] {
+            let r = s.query_offset("T", &format!("k{phy}"), 64, 0, i64::MAX);
+            assert_eq!(r.phy_offsets, [phy], "key k{phy}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     /// Files RocketMQ and rmqstore write alone agree with their headers, whatever their size,
     /// and a same-millisecond overwrite without the race (the second file's header) too: that
     /// loss is an ordinary gap.

@@ -15,7 +15,7 @@ mod gaps;
 mod service;
 
 pub(crate) use batch::IndexBatch;
-use file::IndexFile;
+pub(crate) use file::IndexFile;
 pub(crate) use service::IndexService;
 
 const LOG_TARGET: &str = "rmqstore.index";

@@ -214,7 +214,48 @@ impl IndexService {
             .iter()
             .rev()
             .find(|f| f.index_count() > 1)
-            .map(|f| f.end_phy_offset())
+            .map(|f| f.resume_end().0)
+    }
+
+    /// At open: when the last file with entries holds entries past its header's end
+    /// ([`IndexFile::covered_end`], RocketMQ 4.9.8's header race), and `confirms` (the file,
+    /// the offset) says the commitlog holds a message there whose keys the file holds, that is
+    /// where the index ends ([`IndexFile::adopt_end`]): dispatch resumes there and a new file is
+    /// seeded from it, so the messages are not indexed twice. Entries that are not confirmed
+    /// (a damaged file) are not trusted: the header's end stays, and at worst messages are
+    /// indexed twice, never skipped. Returns the adopted end.
+    pub(crate) fn adopt_covered_end(
+        &self,
+        confirms: impl Fn(&IndexFile, i64) -> bool,
+    ) -> Option<i64> {
+        let last = read_lock(&self.files)
+            .iter()
+            .rev()
+            .find(|f| f.index_count() > 1)
+            .cloned()?;
+        let (phy, ts) = last.covered_end();
+        if phy <= last.end_phy_offset() {
+            return None;
+        }
+        if !confirms(&last, phy) {
+            log::warn!(
+                target: LOG_TARGET,
+                "index file {} has entries past its header's end {} (up to {phy}) that the \
+                 commitlog does not confirm: the header's end is kept",
+                last.path().display(),
+                last.end_phy_offset()
+            );
+            return None;
+        }
+        log::info!(
+            target: LOG_TARGET,
+            "index file {} holds messages up to commitlog offset {phy}, past its header's end \
+             {} (another writer's header): the index resumes there",
+            last.path().display(),
+            last.end_phy_offset()
+        );
+        last.adopt_end((phy, ts));
+        Some(phy)
     }
 
     /// After a crash: deletes trailing files that hold no entry (made just before the crash),
@@ -379,9 +420,7 @@ impl IndexService {
                 return Ok(Arc::clone(f));
             }
         }
-        let (end_phy, end_ts) = prev
-            .as_ref()
-            .map_or((0, 0), |f| (f.end_phy_offset(), f.end_timestamp()));
+        let (end_phy, end_ts) = prev.as_ref().map_or((0, 0), |f| f.resume_end());
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| StoreError::io("cannot create index folder", &self.dir, e))?;
         let now = now_millis();

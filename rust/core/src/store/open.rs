@@ -169,6 +169,11 @@ impl MessageStore {
             // dispatch at its last indexed message. With no entry at all, re-index everything
             // after a crash; after a clean stop the index was complete (messages without keys
             // leave no entry).
+            // The last file may hold messages past its header's end (RocketMQ 4.9.8's header
+            // race): confirmed against the commitlog, dispatch resumes after them.
+            index.adopt_covered_end(|f, phy| {
+                crate::dispatch::file_holds_message(&commitlog, index, f, phy)
+            });
             let min = commitlog.min_offset().max(0);
             match index.progress() {
                 Some(p) => dispatch_from = dispatch_from.min(p.max(min)),
