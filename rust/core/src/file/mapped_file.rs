@@ -56,6 +56,9 @@ pub struct MappedFile {
     first_shutdown_ms: AtomicI64,
     /// The read-only mapping whose bytes bulk reads hand out, made at the first such read.
     view: Mutex<Option<std::sync::Arc<SegmentView>>>,
+    /// The first view made, read without the lock while it is attached (reads take the view
+    /// once a message).
+    first_view: std::sync::OnceLock<std::sync::Arc<SegmentView>>,
 }
 
 impl std::fmt::Debug for MappedFile {
@@ -151,6 +154,7 @@ impl MappedFile {
             available: AtomicBool::new(true),
             first_shutdown_ms: AtomicI64::new(0),
             view: Mutex::new(None),
+            first_view: std::sync::OnceLock::new(),
         }))
     }
 
@@ -219,6 +223,7 @@ impl MappedFile {
             available: AtomicBool::new(true),
             first_shutdown_ms: AtomicI64::new(0),
             view: Mutex::new(None),
+            first_view: std::sync::OnceLock::new(),
         })
     }
 
@@ -421,12 +426,17 @@ impl MappedFile {
     /// [`SegmentView`]); it shows the same bytes as [`MappedFile::read`] below the read
     /// position. Made at the first call, and again after a truncation detached it.
     pub(crate) fn view(&self) -> Result<std::sync::Arc<SegmentView>> {
+        if let Some(v) = self.first_view.get().filter(|v| v.is_attached()) {
+            return Ok(v.clone());
+        }
         let mut slot = self.view.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(v) = slot.as_ref().filter(|v| v.is_attached()) {
             return Ok(v.clone());
         }
         let v = SegmentView::open(&self.file, &self.path, self.file_size)?;
         *slot = Some(v.clone());
+        // Only the first view goes here; once it is detached, views come from the slot.
+        let _ = self.first_view.set(v.clone());
         Ok(v)
     }
 
