@@ -35,7 +35,11 @@ def require_pyarrow() -> Any:
     return pyarrow
 
 
-def schema(include_properties: bool = True) -> pa.Schema:
+#: Body column layouts :meth:`rmqstore.MessageStore.read_batch` gives.
+BODY_TYPES = ("binary_view", "binary")
+
+
+def schema(include_properties: bool = True, body_type: str = "binary") -> pa.Schema:
     pa = require_pyarrow()
     fields = [
         pa.field("topic", pa.string(), nullable=False),
@@ -49,14 +53,16 @@ def schema(include_properties: bool = True) -> pa.Schema:
     ]
     if include_properties:
         fields.append(pa.field("properties", pa.map_(pa.string(), pa.string()), nullable=False))
-    fields.append(pa.field("body", pa.binary(), nullable=False))
+    body = pa.binary_view() if body_type == "binary_view" else pa.binary()
+    fields.append(pa.field("body", body, nullable=False))
     return pa.schema(fields)
 
 
 def batch_from_buffers(
-    rows: int, buffers: dict[str, Any], include_properties: bool = True
+    rows: int, buffers: dict[str, Any], include_properties: bool = True, body_type: str = "binary"
 ) -> pa.RecordBatch:
     pa = require_pyarrow()
+    segments = [pa.py_buffer(buf) for buf in buffers.pop("body_buffers", ())]
     b = {name: pa.py_buffer(buf) for name, buf in buffers.items()}
 
     def strings(offsets: str, data: str, n: int, validity: Any = None) -> Any:
@@ -89,7 +95,13 @@ def batch_from_buffers(
                 strings("props_value_offsets", "props_value_data", n_props),
             )
         )
-    columns.append(
-        pa.Array.from_buffers(pa.binary(), rows, [None, b["body_offsets"], b["body_data"]])
-    )
-    return pa.RecordBatch.from_arrays(columns, schema=schema(include_properties))
+    if body_type == "binary_view":
+        # Arrow's view layout: the views, then the data buffers they index (the mapped segment
+        # ranges, then the decompressed bodies).
+        body = pa.Array.from_buffers(
+            pa.binary_view(), rows, [None, b["body_views"], *segments, b["body_data"]]
+        )
+    else:
+        body = pa.Array.from_buffers(pa.binary(), rows, [None, b["body_offsets"], b["body_data"]])
+    columns.append(body)
+    return pa.RecordBatch.from_arrays(columns, schema=schema(include_properties, body_type))

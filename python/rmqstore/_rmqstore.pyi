@@ -24,6 +24,7 @@ __all__ = [
     "PutMessageResult",
     "ReadBatchBuffers",
     "ScheduleStep",
+    "SegmentBuffer",
     "Store",
     "__version__",
     "check_settings",
@@ -248,6 +249,13 @@ class ColumnBuffer:
     def __len__(self) -> int: ...
 
 @final
+class SegmentBuffer:
+    """A range of a mapped commitlog segment that ``binary_view`` bodies point into, exposed
+    through the buffer protocol (no copy); it keeps the mapping alive and its bytes unchanged."""
+
+    def __len__(self) -> int: ...
+
+@final
 class ScheduleStep:
     """What ``Store.schedule_deliver`` did in one round of a delay level."""
 
@@ -451,6 +459,7 @@ class Store:
         max_msgs: int,
         include_properties: bool = True,
         decompress: bool | None = None,
+        body_view: bool = False,
     ) -> ReadBatchBuffers: ...
     def topics(self) -> list[str]: ...
     def queue_ids(self, topic: str) -> list[int]: ...

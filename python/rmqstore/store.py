@@ -546,6 +546,7 @@ class MessageStore(TransactionsMixin, CleaningMixin, TopicDeletionMixin):
         *,
         include_properties: bool = True,
         decompress: bool | None = None,
+        body_type: Literal["binary_view", "binary"] = "binary_view",
     ) -> pa.RecordBatch:
         """Up to ``max_msgs`` messages of a queue from ``offset`` as a ``pyarrow.RecordBatch``
         (topic, queue_id, queue_offset, commit_log_offset, store_timestamp, born_timestamp,
@@ -560,16 +561,38 @@ class MessageStore(TransactionsMixin, CleaningMixin, TopicDeletionMixin):
         ``decompress=False`` gives them as stored (``None``: the store's
         ``decompress_body_on_read``).
 
-        The columns' memory belongs to the batch until Python drops it; it then goes to a pool
-        of this process (at most 64 MiB) that the next reads take their vectors from, so a read
-        loop does not fault fresh pages in for every batch.
-        """
-        from ._arrow import batch_from_buffers
+        ``body_type="binary_view"`` (the default) gives the body column as Arrow
+        ``binary_view`` whose bodies are not copied: each row is a 16-byte view (bodies of up to
+        12 bytes inside it) pointing into the commitlog segments' read-only mappings, which the
+        batch keeps alive; decompressed bodies are in one more buffer of the batch. The bytes of
+        a returned batch never change: they stay readable and equal after ``close()``, the
+        store's deletion of their segments, a ``truncate_files`` or the recovery of a store
+        opened again in this process (a truncation first gives live batches a private copy of
+        the bytes it rewrites), and in a forked child. They are not protected against another
+        process rewriting the files. ``body_type="binary"`` copies the bodies into a plain
+        ``binary`` column, for consumers that do not take ``binary_view``
+        (``batch.column("body").cast(pa.binary())`` does the same afterwards).
 
+        The other columns' memory belongs to the batch until Python drops it; it then goes to a
+        pool of this process (at most 64 MiB) that the next reads take their vectors from, so a
+        read loop does not fault fresh pages in for every batch.
+        """
+        from ._arrow import BODY_TYPES, batch_from_buffers
+
+        if body_type not in BODY_TYPES:
+            raise InvalidArgumentError(
+                f"body_type must be one of {', '.join(map(repr, BODY_TYPES))}, got {body_type!r}"
+            )
         read = self._core.read_batch_buffers(
-            topic, queue_id, offset, max_msgs, include_properties, decompress
+            topic,
+            queue_id,
+            offset,
+            max_msgs,
+            include_properties,
+            decompress,
+            body_type == "binary_view",
         )
-        return batch_from_buffers(read.rows, read.columns, include_properties)
+        return batch_from_buffers(read.rows, read.columns, include_properties, body_type)
 
     def topics(self) -> list[str]:
         """Topics that have messages dispatched."""

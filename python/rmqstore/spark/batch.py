@@ -58,6 +58,8 @@ def _read_range(
             offset,
             min(BATCH_ROWS, part.end - offset),
             include_properties=opts.include_properties,
+            # Spark's BinaryType is Arrow binary: the bodies are copied once, here.
+            body_type="binary",
         )
         if batch.num_rows == 0:
             if _readable_low(store, topic, qid, high=part.end) > offset:

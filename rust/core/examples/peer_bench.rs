@@ -8,7 +8,10 @@
 //! - `dispatch_<size>`: the dispatch steps that then build the consume queue and index of those
 //!   messages (timed apart: RocketMQ builds them behind the put, in its reput service);
 //! - `read_batch_<size>` / `read_batch8k_<size>`: `read_batch` of the whole queue at 65,536 and
-//!   8,192 rows a call, every column (properties included), body CRCs checked;
+//!   8,192 rows a call, every column (properties included), body CRCs checked, bodies as
+//!   `binary_view` rows pointing into the mapped segments (the Python API's default);
+//! - `read_batch_binary_<size>`: the same at 65,536 rows a call with the bodies copied into a
+//!   `binary` column;
 //! - `get_message_<size>`: `get_message` of the whole queue, 32 messages a call (RocketMQ's pull
 //!   size), each message's body length summed;
 //! - `batch_put_<size>`: `put_messages` of batches of 1,000 bodies into another fresh store.
@@ -19,7 +22,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rmqstore_core::read::TagFilter;
+use rmqstore_core::read::{BodyLayout, TagFilter};
 use rmqstore_core::{Batch, Message, MessageStore, StoreConfig};
 
 const TOPIC: &str = "PeerTopic";
@@ -77,12 +80,16 @@ fn single_round(dir: &Path, size: usize, n: usize) -> Vec<(String, f64)> {
         (format!("put_{size}"), rate(n, put)),
         (format!("dispatch_{size}"), rate(n, dispatch)),
     ];
-    for (key, rows_a_call) in [("read_batch", 65_536), ("read_batch8k", 8_192)] {
+    for (key, rows_a_call, layout) in [
+        ("read_batch", 65_536, BodyLayout::View),
+        ("read_batch8k", 8_192, BodyLayout::View),
+        ("read_batch_binary", 65_536, BodyLayout::Binary),
+    ] {
         let t = Instant::now();
         let (mut offset, mut rows) = (0i64, 0usize);
         while offset < n as i64 {
             let cols = store
-                .read_batch(TOPIC, 0, offset, rows_a_call, true, None)
+                .read_batch_as(TOPIC, 0, offset, rows_a_call, true, None, layout)
                 .expect("read_batch");
             assert!(cols.rows > 0, "read_batch stopped at {offset}");
             rows += cols.rows;

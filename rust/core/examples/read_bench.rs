@@ -2,10 +2,13 @@
 //! messages. `cargo run --release -p rmqstore-core --example read_bench [messages] [distinct]`:
 //! with `distinct`, every message carries properties of its own (a `UNIQ_KEY`, as messages
 //! from RocketMQ clients do), so no row repeats the previous row's properties. `RMQ_NO_CRC=1`
-//! turns the body CRC check off.
+//! turns the body CRC check off; `RMQ_BODY=1024` sets the body size (128 by default);
+//! `RMQ_ROWS` the rows a call (65,536); bodies are `binary_view` rows (the Python API's
+//! default) unless `RMQ_BINARY=1` asks for them copied into a `binary` column.
 
 use std::time::{Duration, Instant};
 
+use rmqstore_core::read::BodyLayout;
 use rmqstore_core::Batch;
 use rmqstore_core::{MessageStore, StoreConfig};
 
@@ -23,8 +26,21 @@ fn main() {
         ..StoreConfig::default()
     };
     let store = MessageStore::open(&dir, cfg).expect("open");
-    let body = [7u8; 128];
-    let bodies: Vec<&[u8]> = vec![&body; 1000];
+    let size: usize = std::env::var("RMQ_BODY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128);
+    let rows: usize = std::env::var("RMQ_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(65_536);
+    let layout = if std::env::var_os("RMQ_BINARY").is_some() {
+        BodyLayout::Binary
+    } else {
+        BodyLayout::View
+    };
+    let body = vec![7u8; size];
+    let bodies: Vec<&[u8]> = vec![&body[..]; 1000];
     let distinct = std::env::args().nth(2).as_deref() == Some("distinct");
     let mut props = vec![
         ("TAGS".to_string(), "TagA".to_string()),
@@ -58,7 +74,7 @@ fn main() {
         let mut offset = 0i64;
         while offset < n as i64 {
             let cols = store
-                .read_batch("ReadTopic", 0, offset, 65536, true, None)
+                .read_batch_as("ReadTopic", 0, offset, rows, true, None, layout)
                 .expect("read");
             offset = cols.next_offset;
         }

@@ -168,6 +168,7 @@ named!(
     born_host: text? -> PyBackedStr,
     include_properties: boolean -> bool,
     decompress: boolean? -> bool,
+    body_view: boolean -> bool,
     now_ms: int -> i64,
     uniq_key: text -> PyBackedStr,
     deliver_time_ms: int? -> i64,

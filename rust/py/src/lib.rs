@@ -19,7 +19,7 @@ mod transaction_check;
 #[pyo3::pymodule]
 mod _rmqstore {
     #[pymodule_export]
-    use crate::buffer::ColumnBuffer;
+    use crate::buffer::{ColumnBuffer, SegmentBuffer};
     #[pymodule_export]
     use crate::config::{check_settings, closest_setting, settings};
     #[pymodule_export]

@@ -362,6 +362,18 @@ impl Message {
 #[pyclass(frozen, module = "rmqstore._rmqstore")]
 pub struct MessageExt {
     pub inner: CoreMessageExt,
+    /// `body`, made at its first access: the one copy of the body (the core's message leaves
+    /// an uncompressed body in the segment's mapping).
+    body: PyOnceLock<Py<PyBytes>>,
+}
+
+impl MessageExt {
+    pub fn new(inner: CoreMessageExt) -> MessageExt {
+        MessageExt {
+            inner,
+            body: PyOnceLock::new(),
+        }
+    }
 }
 
 #[pymethods]
@@ -374,7 +386,10 @@ impl MessageExt {
     /// reads with `decompress_body_on_read`).
     #[getter]
     fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, self.inner.body())
+        self.body
+            .get_or_init(py, || PyBytes::new(py, self.inner.body()).unbind())
+            .bind(py)
+            .clone()
     }
     /// The body bytes as stored in the record (compressed for a compressed record).
     #[getter]
@@ -532,7 +547,7 @@ impl GetMessageResult {
     pub fn new(py: Python<'_>, r: CoreGetMessageResult) -> PyResult<Self> {
         let list = PyList::empty(py);
         for m in r.messages {
-            list.append(Py::new(py, MessageExt { inner: m })?)?;
+            list.append(Py::new(py, MessageExt::new(m))?)?;
         }
         Ok(GetMessageResult {
             status: r.status,

@@ -12,12 +12,12 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use rmqstore_core::format::HostAddr;
 use rmqstore_core::now_millis;
-use rmqstore_core::read::{TagFilter, TimeBoundary};
+use rmqstore_core::read::{BodyLayout, TagFilter, TimeBoundary};
 use rmqstore_core::Batch;
 use rmqstore_core::MessageStore;
 
 use crate::args;
-use crate::buffer::ColumnBuffer;
+use crate::buffer::{ColumnBuffer, SegmentBuffer};
 use crate::errors::{invalid_argument, IntoPyResult};
 use crate::message::{
     build_properties, keys_value, GetMessageResult, Message, MessageExt, PutMessageResult,
@@ -139,10 +139,7 @@ impl Store {
                 s.query_message(topic, key, max_num, begin, end)
             }
         })?;
-        Ok(found
-            .into_iter()
-            .map(|inner| MessageExt { inner })
-            .collect())
+        Ok(found.into_iter().map(MessageExt::new).collect())
     }
 }
 
@@ -257,7 +254,7 @@ impl Store {
         #[pyo3(from_py_with = args::offset)] offset: i64,
     ) -> PyResult<Option<MessageExt>> {
         let m = self.run(py, |s| s.look_message_by_offset(offset))?;
-        Ok(m.map(|inner| MessageExt { inner }))
+        Ok(m.map(MessageExt::new))
     }
 
     // -- dispatch ---------------------------------------------------------------------------
@@ -563,7 +560,10 @@ impl Store {
 
     /// Bulk read of a queue as Arrow column buffers; `rmqstore._arrow` assembles the pyarrow
     /// RecordBatch.
-    #[pyo3(signature = (topic, queue_id, offset, max_msgs, include_properties=true, decompress=None))]
+    /// With `body_view`, the bodies are `binary_view` rows: `body_views` and `body_data`
+    /// (decompressed bodies) in `columns`, and `body_buffers`, the mapped segment ranges the
+    /// views point into (`SegmentBuffer`s, buffer indexes 0 to n-1; `body_data` is buffer n).
+    #[pyo3(signature = (topic, queue_id, offset, max_msgs, include_properties=true, decompress=None, body_view=false))]
     #[allow(clippy::too_many_arguments)]
     fn read_batch_buffers(
         &self,
@@ -574,20 +574,32 @@ impl Store {
         #[pyo3(from_py_with = args::max_msgs)] max_msgs: usize,
         #[pyo3(from_py_with = args::include_properties)] include_properties: bool,
         #[pyo3(from_py_with = args::decompress)] decompress: Option<bool>,
+        #[pyo3(from_py_with = args::body_view)] body_view: bool,
     ) -> PyResult<ReadBatchBuffers> {
         let topic: &str = &topic;
-        let cols = self.run(py, |s| {
-            s.read_batch(
+        let layout = if body_view {
+            BodyLayout::View
+        } else {
+            BodyLayout::Binary
+        };
+        let mut cols = self.run(py, |s| {
+            s.read_batch_as(
                 topic,
                 queue_id,
                 offset,
                 max_msgs,
                 include_properties,
                 decompress,
+                layout,
             )
         })?;
         let (rows, next) = (cols.rows, cols.next_offset);
+        let segments = std::mem::take(&mut cols.body_buffers)
+            .into_iter()
+            .map(|b| Py::new(py, SegmentBuffer::new(b)))
+            .collect::<PyResult<Vec<_>>>()?;
         let d = PyDict::new(py);
+        d.set_item("body_buffers", segments)?;
         for (name, column) in cols.into_named() {
             d.set_item(name, Py::new(py, ColumnBuffer::new(column))?)?;
         }

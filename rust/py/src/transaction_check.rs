@@ -105,7 +105,7 @@ impl Store {
         #[pyo3(from_py_with = args::offset)] offset: i64,
     ) -> PyResult<Option<MessageExt>> {
         let m = self.run(py, |s| s.transaction_message(offset))?;
-        Ok(m.map(|inner| MessageExt { inner }))
+        Ok(m.map(MessageExt::new))
     }
 
     /// The unresolved transactions from the check progress (the latest half of each), at

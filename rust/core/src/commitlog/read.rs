@@ -112,7 +112,17 @@ impl CommitLog {
                 ),
             ));
         }
-        let mut m = MessageExt::from_record(d, data);
+        // The body stays in the segment's read-only mapping (one copy at most, the reader's);
+        // the rest of the record is copied.
+        let mut m = match file.view() {
+            Ok(view) => MessageExt::from_record_mapped(
+                d,
+                data,
+                view,
+                d.physical_offset - file.file_from_offset(),
+            ),
+            Err(_) => MessageExt::from_record(d, data),
+        };
         if self.decompress_on_read {
             m.decompress()
                 .map_err(|e| StoreError::corrupt_record(file.path(), d.physical_offset, e.0))?;

@@ -24,6 +24,7 @@ use std::sync::Mutex;
 use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::error::{Result, StoreError};
+use crate::file::segment_view::{self, SegmentView};
 use crate::file::transient_pool::PoolBuffer;
 
 /// `OS_PAGE_SIZE`.
@@ -53,6 +54,11 @@ pub struct MappedFile {
     /// When a deletion first tried to remove it, in ms since the epoch; 0 before
     /// (`firstShutdownTimestamp`).
     first_shutdown_ms: AtomicI64,
+    /// The read-only mapping whose bytes bulk reads hand out, made at the first such read.
+    view: Mutex<Option<std::sync::Arc<SegmentView>>>,
+    /// The first view made, read without the lock while it is attached (reads take the view
+    /// once a message).
+    first_view: std::sync::OnceLock<std::sync::Arc<SegmentView>>,
 }
 
 impl std::fmt::Debug for MappedFile {
@@ -147,6 +153,8 @@ impl MappedFile {
             buffer_ptr: AtomicPtr::new(std::ptr::null_mut()),
             available: AtomicBool::new(true),
             first_shutdown_ms: AtomicI64::new(0),
+            view: Mutex::new(None),
+            first_view: std::sync::OnceLock::new(),
         }))
     }
 
@@ -214,6 +222,8 @@ impl MappedFile {
             buffer_ptr: AtomicPtr::new(std::ptr::null_mut()),
             available: AtomicBool::new(true),
             first_shutdown_ms: AtomicI64::new(0),
+            view: Mutex::new(None),
+            first_view: std::sync::OnceLock::new(),
         })
     }
 
@@ -412,6 +422,24 @@ impl MappedFile {
         self.read(pos, readable - pos)
     }
 
+    /// The read-only mapping of this segment that bulk reads hand bytes out of (see
+    /// [`SegmentView`]); it shows the same bytes as [`MappedFile::read`] below the read
+    /// position. Made at the first call, and again after a truncation detached it.
+    pub(crate) fn view(&self) -> Result<std::sync::Arc<SegmentView>> {
+        if let Some(v) = self.first_view.get().filter(|v| v.is_attached()) {
+            return Ok(v.clone());
+        }
+        let mut slot = self.view.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = slot.as_ref().filter(|v| v.is_attached()) {
+            return Ok(v.clone());
+        }
+        let v = SegmentView::open(&self.file, &self.path, self.file_size)?;
+        *slot = Some(v.clone());
+        // Only the first view goes here; once it is detached, views come from the slot.
+        let _ = self.first_view.set(v.clone());
+        Ok(v)
+    }
+
     /// `isAbleToFlush`: full, or at least `least_pages` whole pages written since the last flush
     /// (any byte when `least_pages` is 0).
     pub(crate) fn is_able_to_flush(&self, least_pages: i64) -> bool {
@@ -447,6 +475,10 @@ impl MappedFile {
         let pos = pos.clamp(0, self.file_size);
         // Excludes a commit copying the range being dropped.
         let _buffer = self.lock_buffer();
+        // Read batches that hold bytes past `pos` keep them (a private copy); later reads map
+        // the file afresh.
+        segment_view::detach_file(&self.file, &self.path, pos)?;
+        self.view.lock().unwrap_or_else(|p| p.into_inner()).take();
         self.wrote.store(pos, Ordering::Release);
         self.committed.store(pos, Ordering::Release);
         self.flushed.store(pos, Ordering::Release);

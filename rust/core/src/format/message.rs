@@ -251,7 +251,34 @@ pub struct MessageExt {
     stored_sys_flag: i32,
     /// A topic given instead of the record's (a transaction half shown with its real topic).
     topic_override: Option<Box<str>>,
+    /// The stored body when it was not copied into `raw` (which then lacks it): a range of
+    /// its segment's read-only mapping, kept alive and unchanged by this message.
+    mapped_body: Option<MappedBody>,
 }
+
+/// A body left in its segment's read-only mapping.
+#[derive(Clone, Debug)]
+struct MappedBody {
+    view: std::sync::Arc<crate::file::segment_view::SegmentView>,
+    start: i64,
+    end: i64,
+}
+
+impl MappedBody {
+    fn bytes(&self) -> &[u8] {
+        self.view
+            .bytes(self.start, self.end)
+            .expect("a mapped body lies inside its segment")
+    }
+}
+
+impl PartialEq for MappedBody {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for MappedBody {}
 
 fn span(outer: &[u8], inner: &[u8]) -> (u32, u32) {
     let start = inner.as_ptr() as usize - outer.as_ptr() as usize;
@@ -261,7 +288,11 @@ fn span(outer: &[u8], inner: &[u8]) -> (u32, u32) {
 impl MessageExt {
     /// Copies a validated record out of the segment it was decoded from.
     pub(crate) fn from_record(d: &DecodedRecord<'_>, record: &[u8]) -> MessageExt {
-        let raw: Box<[u8]> = record[..d.total_size as usize].into();
+        MessageExt::with_raw(d, record, record[..d.total_size as usize].into())
+    }
+
+    /// The message of record `d` (decoded from `record`) whose bytes are `raw`.
+    fn with_raw(d: &DecodedRecord<'_>, record: &[u8], raw: Box<[u8]>) -> MessageExt {
         MessageExt {
             queue_id: d.queue_id,
             flag: d.flag,
@@ -283,7 +314,38 @@ impl MessageExt {
             decompressed: None,
             stored_sys_flag: d.sys_flag,
             topic_override: None,
+            mapped_body: None,
         }
+    }
+
+    /// As [`MessageExt::from_record`], without copying the body: it stays in `view` (the
+    /// read-only mapping of the record's segment, where the record starts at `record_pos`),
+    /// which the message holds. The rest of the record is copied.
+    pub(crate) fn from_record_mapped(
+        d: &DecodedRecord<'_>,
+        record: &[u8],
+        view: std::sync::Arc<crate::file::segment_view::SegmentView>,
+        record_pos: i64,
+    ) -> MessageExt {
+        let record = &record[..d.total_size as usize];
+        let (b0, b1) = span(record, d.body);
+        let mut raw = Vec::with_capacity(record.len() - (b1 - b0) as usize);
+        raw.extend_from_slice(&record[..b0 as usize]);
+        raw.extend_from_slice(&record[b1 as usize..]);
+        let len = b1 - b0;
+        // Topic and properties follow the body in the record.
+        let shift = |(a, b): (u32, u32)| if a >= b1 { (a - len, b - len) } else { (a, b) };
+        let mut m = MessageExt::with_raw(d, record, raw.into_boxed_slice());
+        m.body = (b0, b0);
+        m.topic = shift(span(record, d.topic));
+        m.properties = shift(span(record, d.properties));
+        view.pin(record_pos + i64::from(b1));
+        m.mapped_body = Some(MappedBody {
+            view,
+            start: record_pos + i64::from(b0),
+            end: record_pos + i64::from(b1),
+        });
+        m
     }
 
     /// Decompresses a compressed body (see [`crate::format::compression`]): [`MessageExt::body`] then
@@ -319,14 +381,17 @@ impl MessageExt {
     pub fn body(&self) -> &[u8] {
         match &self.decompressed {
             Some(b) => b,
-            None => self.slice(self.body),
+            None => self.stored_body(),
         }
     }
 
     /// The body bytes as stored in the record (compressed for a compressed record); the
     /// BODYCRC covers these.
     pub fn stored_body(&self) -> &[u8] {
-        self.slice(self.body)
+        match &self.mapped_body {
+            Some(m) => m.bytes(),
+            None => self.slice(self.body),
+        }
     }
 
     pub fn topic(&self) -> Cow<'_, str> {

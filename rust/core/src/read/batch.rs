@@ -6,7 +6,9 @@ use crate::error::{Result, StoreError};
 use crate::format::{body_crc_matches, view_record};
 use crate::queue::consume_queue::ConsumeQueue;
 
-use super::columns::{BatchColumns, PropsSplit};
+use crate::file::segment_view::SegmentView;
+
+use super::columns::{BatchColumns, BodyAt, PropsSplit};
 
 /// Most bytes of bodies (and of any other variable column) one bulk read returns, so that the
 /// i32 offsets of the Arrow columns cannot overflow.
@@ -24,6 +26,12 @@ pub(crate) struct ReadOptions {
     pub check_crc: bool,
     /// Give compressed bodies back decompressed.
     pub decompress: bool,
+    /// Bodies as `binary_view` rows pointing into the segments' mappings (decompressed ones
+    /// into an owned buffer), not copied into a `binary` column.
+    pub body_view: bool,
+    /// Most bytes one `binary_view` data buffer spans (`columns::VIEW_BUFFER_MAX`; smaller in
+    /// tests of the split).
+    pub view_buffer_max: i64,
 }
 
 /// Bulk read of a queue from `offset`: up to `max_msgs` messages as Arrow column buffers,
@@ -44,6 +52,21 @@ pub(crate) fn read_batch(
     // Any count, however large, asks for at most the rest of the queue.
     let max_msgs_i64 = i64::try_from(max_msgs).unwrap_or(i64::MAX);
     let n = max.saturating_sub(start).clamp(0, max_msgs_i64) as usize;
+    let mut cols = read_halves(commitlog, cq, start, max, max_msgs, n, opts)?;
+    cols.finish_views();
+    Ok(cols)
+}
+
+/// [`read_batch`] of `n` units from `start` (below `max`): on one thread, or on two when large.
+fn read_halves(
+    commitlog: &CommitLog,
+    cq: &ConsumeQueue,
+    start: i64,
+    max: i64,
+    max_msgs: usize,
+    n: usize,
+    opts: ReadOptions,
+) -> Result<BatchColumns> {
     if n < PARALLEL_READ_UNITS {
         return read_range(commitlog, cq, start, max, max_msgs, n, opts);
     }
@@ -112,17 +135,20 @@ fn read_range(
         .saturating_sub(start)
         .clamp(0, i64::try_from(max_rows).unwrap_or(i64::MAX)) as usize;
     let room = room.max(n);
-    // Size the body column from the record sizes in the queue so it never regrows.
+    // Size the body column from the record sizes in the queue so it never regrows (views need
+    // no room for bodies: they are not copied).
     let mut bytes = 0usize;
-    if room > 0 {
+    if room > 0 && !opts.body_view {
         cq.scan(start, start + room as i64, |u| {
             bytes += u.size.max(0) as usize;
             true
         });
     }
-    let mut cols = BatchColumns::with_capacity(room, bytes.min(READ_BATCH_MAX_BYTES));
+    let mut cols = BatchColumns::with_room(room, bytes.min(READ_BATCH_MAX_BYTES), opts.body_view);
     let mut next = start;
     let mut file: Option<std::sync::Arc<crate::file::mapped_file::MappedFile>> = None;
+    // The read-only mapping of `file` that `binary_view` bodies point into.
+    let mut view: Option<std::sync::Arc<SegmentView>> = None;
     let mut split = PropsSplit::default();
     let mut failed: Option<StoreError> = None;
     cq.scan(start, limit, |u| {
@@ -139,6 +165,7 @@ fn read_range(
         });
         if !in_file {
             file = commitlog.queue().find_by_offset(u.phy_offset);
+            view = None;
         }
         let Some(f) = file.as_ref() else {
             return true;
@@ -174,7 +201,26 @@ fn read_range(
             )));
             return false;
         }
-        if let Err(e) = cols.push(&d, cq.queue_id(), u.phy_offset, opts, &mut split) {
+        let body_at = if opts.body_view {
+            if view.is_none() {
+                match f.view() {
+                    Ok(v) => view = Some(v),
+                    Err(e) => {
+                        failed = Some(e);
+                        return false;
+                    }
+                }
+            }
+            // The body is a slice of the record's bytes `data`, which start at `phy_offset`.
+            let in_record = d.body.as_ptr() as usize - data.as_ptr() as usize;
+            view.as_ref().map(|view| BodyAt {
+                view,
+                offset: u.phy_offset - f.file_from_offset() + in_record as i64,
+            })
+        } else {
+            None
+        };
+        if let Err(e) = cols.push(&d, cq.queue_id(), u.phy_offset, opts, &mut split, body_at) {
             failed = Some(damaged(e.0));
             return false;
         }

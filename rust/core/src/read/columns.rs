@@ -5,6 +5,10 @@
 use crate::format::compression::{decompress_into, DecompressError};
 use crate::format::{for_each_property, keep_last_of_each, sysflag, RecordView};
 
+use std::sync::Arc;
+
+use crate::file::segment_view::SegmentView;
+
 use super::batch::ReadOptions;
 use super::vec_pool;
 
@@ -37,7 +41,80 @@ pub struct BatchColumns {
     pub props_value_offsets: Vec<i32>,
     pub props_value_data: Vec<u8>,
     pub body_offsets: Vec<i32>,
+    /// Bodies of the `binary` layout; with `binary_view`, the bodies that were decompressed
+    /// (the last data buffer).
     pub body_data: Vec<u8>,
+    /// `binary_view` bodies: one 16-byte view a row (Arrow's layout: length, then the body when
+    /// at most 12 bytes, else its first 4 bytes, buffer index and offset), empty otherwise.
+    pub body_views: Vec<u8>,
+    /// `binary_view` data buffers, in order: ranges of the mapped segments; `body_data` comes
+    /// after them.
+    pub body_buffers: Vec<BodyBuffer>,
+    /// Views that point into `body_data` but still carry [`OWNED_BUFFER`] as buffer index
+    /// (none in a returned batch).
+    pub(crate) owned_views: usize,
+}
+
+/// A dropped batch gives its vectors to the pool ([`crate::read::vec_pool`]) for the next reads,
+/// so that a read loop in Rust does not fault fresh pages in for every batch either.
+impl Drop for BatchColumns {
+    fn drop(&mut self) {
+        for (_, v) in self.take_named() {
+            v.recycle();
+        }
+    }
+}
+
+/// A range of a segment's read-only mapping that `binary_view` bodies point into; holding it
+/// keeps the mapping (and the bytes, see [`SegmentView`]) alive.
+#[derive(Debug, Clone)]
+pub struct BodyBuffer {
+    pub view: Arc<SegmentView>,
+    pub start: i64,
+    pub end: i64,
+}
+
+impl BodyBuffer {
+    /// The bytes of the range.
+    pub fn bytes(&self) -> &[u8] {
+        self.view
+            .bytes(self.start, self.end)
+            .expect("body buffers lie inside their segment")
+    }
+}
+
+/// Buffer index of a view into `body_data` until the number of segment buffers is known.
+const OWNED_BUFFER: u32 = u32::MAX;
+
+/// Most bytes a `binary_view` data buffer spans (its offsets are i32).
+pub(crate) const VIEW_BUFFER_MAX: i64 = i32::MAX as i64;
+
+/// Bodies up to this length live in their view (Arrow's inline limit).
+const VIEW_INLINE_MAX: usize = 12;
+
+#[inline(always)]
+fn push_inline_view(views: &mut Vec<u8>, body: &[u8]) {
+    let mut v = [0u8; 16];
+    v[..4].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    v[4..4 + body.len()].copy_from_slice(body);
+    views.extend_from_slice(&v);
+}
+
+#[inline(always)]
+fn push_ref_view(views: &mut Vec<u8>, body: &[u8], buffer: u32, offset: u32) {
+    let mut v = [0u8; 16];
+    v[..4].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    v[4..8].copy_from_slice(&body[..4]);
+    v[8..12].copy_from_slice(&buffer.to_le_bytes());
+    v[12..16].copy_from_slice(&offset.to_le_bytes());
+    views.extend_from_slice(&v);
+}
+
+/// Where the body of the record being pushed lies, for a `binary_view` row: its segment's view
+/// and its offset there.
+pub(super) struct BodyAt<'a> {
+    pub view: &'a Arc<SegmentView>,
+    pub offset: i64,
 }
 
 /// One column vector of a bulk read, by element type.
@@ -49,6 +126,14 @@ pub enum ColumnVec {
 }
 
 impl ColumnVec {
+    fn capacity_bytes(&self) -> usize {
+        match self {
+            ColumnVec::U8(v) => v.capacity(),
+            ColumnVec::I32(v) => v.capacity() * 4,
+            ColumnVec::I64(v) => v.capacity() * 8,
+        }
+    }
+
     /// The bytes of the vector, in this host's byte order: an in-memory Arrow buffer (Arrow's
     /// in-memory format is native-endian), never written to disk.
     pub fn bytes(&self) -> &[u8] {
@@ -63,8 +148,12 @@ impl ColumnVec {
         }
     }
 
-    /// Gives the vector to the pool of dropped batches (`read::vec_pool`).
+    /// Gives the vector to the pool of dropped batches (`read::vec_pool`); one too small to
+    /// be kept is freed without taking the pool's lock.
     pub fn recycle(self) {
+        if self.capacity_bytes() < vec_pool::POOL_MIN_BYTES {
+            return;
+        }
         match self {
             ColumnVec::U8(v) => vec_pool::recycle(v),
             ColumnVec::I32(v) => vec_pool::recycle(v),
@@ -131,6 +220,11 @@ impl BatchColumns {
     /// are copied by a second thread while this one copies the other columns (on this thread
     /// too when no thread can be started).
     pub(super) fn append(&mut self, other: &BatchColumns) {
+        if !other.body_views.is_empty() || !other.body_buffers.is_empty() {
+            self.append_views(other);
+            self.append_except_bodies(other);
+            return;
+        }
         fn bodies(dst: &mut (Vec<i32>, Vec<u8>), other: &BatchColumns) {
             append_offsets(&mut dst.0, &other.body_offsets);
             dst.1.extend_from_slice(&other.body_data);
@@ -151,6 +245,103 @@ impl BatchColumns {
             bodies(&mut body, other);
         }
         (self.body_offsets, self.body_data) = body;
+    }
+
+    /// [`BatchColumns::append`] of `binary_view` bodies: the views of `other` rebased onto
+    /// this batch's buffers, its buffers after this one's.
+    fn append_views(&mut self, other: &BatchColumns) {
+        // The halves usually meet inside one segment: its two buffers become one.
+        let merged = match (self.body_buffers.last(), other.body_buffers.first()) {
+            (Some(a), Some(b))
+                if Arc::ptr_eq(&a.view, &b.view)
+                    && b.start >= a.start
+                    && a.end.max(b.end) - a.start <= VIEW_BUFFER_MAX =>
+            {
+                Some((b.start - a.start) as u32)
+            }
+            _ => None,
+        };
+        let first = self.body_buffers.len() as u32 - u32::from(merged.is_some());
+        let owned = self.body_data.len() as u32;
+        for v in other.body_views.chunks_exact(16) {
+            let mut v: [u8; 16] = v.try_into().expect("16-byte chunk");
+            let len = u32::from_le_bytes(v[..4].try_into().expect("4 bytes"));
+            if len as usize > VIEW_INLINE_MAX {
+                let index = u32::from_le_bytes(v[8..12].try_into().expect("4 bytes"));
+                let offset = u32::from_le_bytes(v[12..16].try_into().expect("4 bytes"));
+                let (index, offset) = match (index, merged) {
+                    (OWNED_BUFFER, _) => (OWNED_BUFFER, offset + owned),
+                    (0, Some(shift)) => (first, offset + shift),
+                    _ => (index + first, offset),
+                };
+                v[8..12].copy_from_slice(&index.to_le_bytes());
+                v[12..16].copy_from_slice(&offset.to_le_bytes());
+            }
+            self.body_views.extend_from_slice(&v);
+        }
+        let mut rest = other.body_buffers.iter();
+        if merged.is_some() {
+            if let (Some(a), Some(b)) = (self.body_buffers.last_mut(), rest.next()) {
+                a.end = a.end.max(b.end);
+            }
+        }
+        self.body_buffers.extend(rest.cloned());
+        self.body_data.extend_from_slice(&other.body_data);
+        self.owned_views += other.owned_views;
+    }
+
+    /// Once every row is in: the views into `body_data` get its buffer index (after the
+    /// segment buffers), and the segments' views learn which bytes were handed out.
+    pub(super) fn finish_views(&mut self) {
+        if self.owned_views > 0 {
+            let index = (self.body_buffers.len() as u32).to_le_bytes();
+            for v in self.body_views.chunks_exact_mut(16) {
+                let len = u32::from_le_bytes(v[..4].try_into().expect("4 bytes"));
+                if len as usize > VIEW_INLINE_MAX && v[8..12] == OWNED_BUFFER.to_le_bytes() {
+                    v[8..12].copy_from_slice(&index);
+                }
+            }
+            self.owned_views = 0;
+        }
+        for b in &self.body_buffers {
+            b.view.pin(b.end);
+        }
+    }
+
+    /// Appends a `binary_view` row for `body`, which lies at `at` in its segment's view: in
+    /// the view when short, else as a reference into the last buffer when it is of the same
+    /// segment and stays within [`VIEW_BUFFER_MAX`] (`span_max`) bytes, else into a new one.
+    #[inline]
+    fn push_body_view(&mut self, body: &[u8], at: &BodyAt<'_>, span_max: i64) {
+        if body.len() <= VIEW_INLINE_MAX {
+            push_inline_view(&mut self.body_views, body);
+            return;
+        }
+        let end = at.offset + body.len() as i64;
+        let last = self.body_buffers.len().wrapping_sub(1);
+        let fits = self.body_buffers.last_mut().filter(|b| {
+            Arc::ptr_eq(&b.view, at.view) && at.offset >= b.start && end - b.start <= span_max
+        });
+        let (index, start) = match fits {
+            Some(b) => {
+                b.end = b.end.max(end);
+                (last, b.start)
+            }
+            None => {
+                self.body_buffers.push(BodyBuffer {
+                    view: at.view.clone(),
+                    start: at.offset,
+                    end,
+                });
+                (self.body_buffers.len() - 1, at.offset)
+            }
+        };
+        push_ref_view(
+            &mut self.body_views,
+            body,
+            index as u32,
+            (at.offset - start) as u32,
+        );
     }
 
     /// [`BatchColumns::append`] of every column but the bodies.
@@ -191,6 +382,12 @@ impl BatchColumns {
     /// Room for `n` rows and `body_bytes` of bodies, in vectors from the pool of dropped
     /// batches ([`crate::read::vec_pool`]) where it has them.
     pub(super) fn with_capacity(n: usize, body_bytes: usize) -> BatchColumns {
+        BatchColumns::with_room(n, body_bytes, false)
+    }
+
+    /// As [`BatchColumns::with_capacity`]; with `views`, the bodies are `binary_view` rows
+    /// (`body_bytes` is then the room for decompressed bodies).
+    pub(super) fn with_room(n: usize, body_bytes: usize, views: bool) -> BatchColumns {
         let mut c = vec_pool::with_pool(|p| BatchColumns {
             topic_offsets: p.take(n + 1),
             topic_data: p.take(n * 16),
@@ -211,8 +408,11 @@ impl BatchColumns {
             props_key_data: p.take(n * 8),
             props_value_offsets: p.take(n * 2 + 1),
             props_value_data: p.take(n * 16),
-            body_offsets: p.take(n + 1),
+            body_offsets: p.take(if views { 1 } else { n + 1 }),
             body_data: p.take(body_bytes),
+            body_views: if views { p.take(n * 16) } else { Vec::new() },
+            body_buffers: Vec::new(),
+            owned_views: 0,
             rows: 0,
             next_offset: 0,
         });
@@ -233,38 +433,44 @@ impl BatchColumns {
 
     /// Every column vector with its name, in one list: what the binding hands to Python and
     /// what `BatchColumns::recycle` gives back to the pool.
-    pub fn into_named(self) -> [(&'static str, ColumnVec); 20] {
+    pub fn into_named(mut self) -> [(&'static str, ColumnVec); 21] {
+        self.take_named()
+    }
+
+    /// [`BatchColumns::into_named`], leaving empty vectors behind.
+    fn take_named(&mut self) -> [(&'static str, ColumnVec); 21] {
+        use std::mem::take;
         use ColumnVec::{I32, I64, U8};
         let c = self;
         [
-            ("topic_offsets", I32(c.topic_offsets)),
-            ("topic_data", U8(c.topic_data)),
-            ("queue_id", I32(c.queue_id)),
-            ("queue_offset", I64(c.queue_offset)),
-            ("commit_log_offset", I64(c.commit_log_offset)),
-            ("store_timestamp", I64(c.store_timestamp)),
-            ("born_timestamp", I64(c.born_timestamp)),
-            ("tags_valid", U8(c.tags_valid)),
-            ("tags_offsets", I32(c.tags_offsets)),
-            ("tags_data", U8(c.tags_data)),
-            ("keys_list_offsets", I32(c.keys_list_offsets)),
-            ("keys_offsets", I32(c.keys_offsets)),
-            ("keys_data", U8(c.keys_data)),
-            ("props_map_offsets", I32(c.props_map_offsets)),
-            ("props_key_offsets", I32(c.props_key_offsets)),
-            ("props_key_data", U8(c.props_key_data)),
-            ("props_value_offsets", I32(c.props_value_offsets)),
-            ("props_value_data", U8(c.props_value_data)),
-            ("body_offsets", I32(c.body_offsets)),
-            ("body_data", U8(c.body_data)),
+            ("topic_offsets", I32(take(&mut c.topic_offsets))),
+            ("topic_data", U8(take(&mut c.topic_data))),
+            ("queue_id", I32(take(&mut c.queue_id))),
+            ("queue_offset", I64(take(&mut c.queue_offset))),
+            ("commit_log_offset", I64(take(&mut c.commit_log_offset))),
+            ("store_timestamp", I64(take(&mut c.store_timestamp))),
+            ("born_timestamp", I64(take(&mut c.born_timestamp))),
+            ("tags_valid", U8(take(&mut c.tags_valid))),
+            ("tags_offsets", I32(take(&mut c.tags_offsets))),
+            ("tags_data", U8(take(&mut c.tags_data))),
+            ("keys_list_offsets", I32(take(&mut c.keys_list_offsets))),
+            ("keys_offsets", I32(take(&mut c.keys_offsets))),
+            ("keys_data", U8(take(&mut c.keys_data))),
+            ("props_map_offsets", I32(take(&mut c.props_map_offsets))),
+            ("props_key_offsets", I32(take(&mut c.props_key_offsets))),
+            ("props_key_data", U8(take(&mut c.props_key_data))),
+            ("props_value_offsets", I32(take(&mut c.props_value_offsets))),
+            ("props_value_data", U8(take(&mut c.props_value_data))),
+            ("body_offsets", I32(take(&mut c.body_offsets))),
+            ("body_data", U8(take(&mut c.body_data))),
+            ("body_views", U8(take(&mut c.body_views))),
         ]
     }
 
-    /// Gives every vector to the pool of dropped batches, for the next reads.
+    /// Gives every vector to the pool of dropped batches, for the next reads (as dropping the
+    /// batch does).
     pub(crate) fn recycle(self) {
-        for (_, v) in self.into_named() {
-            v.recycle();
-        }
+        drop(self);
     }
 
     /// Appends the row of record `d`; with `decompress`, a compressed body is appended
@@ -276,13 +482,29 @@ impl BatchColumns {
         phy_offset: i64,
         opts: ReadOptions,
         split: &mut PropsSplit,
+        body_at: Option<BodyAt<'_>>,
     ) -> Result<(), DecompressError> {
         // The body first: it is the only part that can fail.
-        if opts.decompress && d.sys_flag & sysflag::COMPRESSED != 0 {
-            decompress_into(d.sys_flag, d.body, &mut self.body_data)?;
-            self.body_offsets.push(self.body_data.len() as i32);
-        } else {
-            push_str(&mut self.body_offsets, &mut self.body_data, d.body);
+        let compressed = opts.decompress && d.sys_flag & sysflag::COMPRESSED != 0;
+        match body_at {
+            Some(at) if !compressed => self.push_body_view(d.body, &at, opts.view_buffer_max),
+            Some(_) => {
+                let start = self.body_data.len();
+                decompress_into(d.sys_flag, d.body, &mut self.body_data)?;
+                let body = &self.body_data[start..];
+                if body.len() <= VIEW_INLINE_MAX {
+                    push_inline_view(&mut self.body_views, body);
+                    self.body_data.truncate(start);
+                } else {
+                    push_ref_view(&mut self.body_views, body, OWNED_BUFFER, start as u32);
+                    self.owned_views += 1;
+                }
+            }
+            None if compressed => {
+                decompress_into(d.sys_flag, d.body, &mut self.body_data)?;
+                self.body_offsets.push(self.body_data.len() as i32);
+            }
+            None => push_str(&mut self.body_offsets, &mut self.body_data, d.body),
         }
         let include_properties = opts.include_properties;
         let row = self.rows;
@@ -442,6 +664,60 @@ impl PropsSplit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn view_buffers_split_at_the_span_limit() {
+        use std::io::Write;
+        let path = std::env::temp_dir().join(format!("rmq-viewsplit-{}", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        let content: Vec<u8> = (0..8192u32).map(|i| (i % 253) as u8).collect();
+        f.write_all(&content).unwrap();
+        let view = SegmentView::open(&f, &path, 8192).unwrap();
+        let mut c = BatchColumns::with_room(8, 0, true);
+        // (offset, length): with a 100-byte limit, buffers [0, 90), [100, 190), [300, 340),
+        // then a body before the last buffer's start opens another, and a short one is inline.
+        let rows = [
+            (0, 40),
+            (50, 40),
+            (100, 40),
+            (150, 40),
+            (300, 40),
+            (200, 13),
+            (9, 12),
+        ];
+        for &(at, len) in &rows {
+            let body = &content[at..at + len];
+            let at = BodyAt {
+                view: &view,
+                offset: at as i64,
+            };
+            c.push_body_view(body, &at, 100);
+        }
+        let spans: Vec<(i64, i64)> = c.body_buffers.iter().map(|b| (b.start, b.end)).collect();
+        assert_eq!(spans, [(0, 90), (100, 190), (300, 340), (200, 213)]);
+        for (v, &(at, len)) in c.body_views.chunks_exact(16).zip(&rows) {
+            assert_eq!(u32::from_le_bytes(v[..4].try_into().unwrap()) as usize, len);
+            if len <= VIEW_INLINE_MAX {
+                assert_eq!(&v[4..4 + len], &content[at..at + len]);
+                continue;
+            }
+            let index = u32::from_le_bytes(v[8..12].try_into().unwrap()) as usize;
+            let offset = u32::from_le_bytes(v[12..16].try_into().unwrap()) as usize;
+            assert!(offset + len <= 100);
+            let b = &c.body_buffers[index].bytes()[offset..offset + len];
+            assert_eq!(b, &content[at..at + len]);
+        }
+        c.finish_views();
+        drop(c);
+        drop(view);
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn short_strings_are_copied_exactly_at_every_length_and_room() {

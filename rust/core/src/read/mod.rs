@@ -15,12 +15,24 @@ mod filter;
 mod get_message;
 pub(crate) mod vec_pool;
 
+pub use crate::file::segment_view::SegmentView;
 pub use batch::PARALLEL_READ_UNITS;
 pub use by_time::TimeBoundary;
-pub use columns::{BatchColumns, ColumnVec};
+pub use columns::{BatchColumns, BodyBuffer, ColumnVec};
 pub use filter::TagFilter;
 pub use get_message::{GetMessageResult, GetMessageStatus};
 
 pub(crate) use batch::{read_batch, ReadOptions};
+pub(crate) use columns::VIEW_BUFFER_MAX;
+
+/// How a bulk read gives the bodies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyLayout {
+    /// Copied into one buffer (Arrow `binary`: i32 offsets and the bytes).
+    Binary,
+    /// Arrow `binary_view`: 16-byte views pointing into the mapped segments (bodies of up to
+    /// 12 bytes inside their view, decompressed bodies into an owned buffer).
+    View,
+}
 pub(crate) use by_time::offset_by_time;
 pub(crate) use get_message::{get_message, PullLimits};

@@ -226,6 +226,8 @@ impl MessageStore {
     /// Bulk read of a queue as Arrow column buffers (see [`crate::read::read_batch`]), with
     /// the store's read checks (`check_crc_on_read`); compressed bodies are decompressed when
     /// `decompress` is given as true, or, when `None`, as `decompress_body_on_read` says.
+    /// Bodies are copied into a `binary` column; [`MessageStore::read_batch_as`] can give
+    /// them as `binary_view` rows instead.
     pub fn read_batch(
         &self,
         topic: &str,
@@ -235,18 +237,47 @@ impl MessageStore {
         include_properties: bool,
         decompress: Option<bool>,
     ) -> Result<crate::read::BatchColumns> {
+        self.read_batch_as(
+            topic,
+            queue_id,
+            offset,
+            max_msgs,
+            include_properties,
+            decompress,
+            crate::read::BodyLayout::Binary,
+        )
+    }
+
+    /// [`MessageStore::read_batch`] with the bodies in the given layout:
+    /// [`BodyLayout::View`](crate::read::BodyLayout::View) gives `binary_view` rows that point
+    /// into the segments' mappings (`BatchColumns::body_views` and `body_buffers`), which the
+    /// batch keeps alive and unchanged (see [`crate::read::SegmentView`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_batch_as(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_msgs: usize,
+        include_properties: bool,
+        decompress: Option<bool>,
+        layout: crate::read::BodyLayout,
+    ) -> Result<crate::read::BatchColumns> {
         self.with_open(|o| {
             let opts = crate::read::ReadOptions {
                 include_properties,
                 check_crc: o.commitlog.checks_crc_on_read(),
                 decompress: decompress.unwrap_or_else(|| o.commitlog.decompresses_on_read()),
+                body_view: layout == crate::read::BodyLayout::View,
+                view_buffer_max: crate::read::VIEW_BUFFER_MAX,
             };
             match self.readable_queue(o, topic, queue_id)? {
                 Some(cq) => crate::read::read_batch(&o.commitlog, &cq, offset, max_msgs, opts),
-                None => Ok(crate::read::BatchColumns {
-                    next_offset: offset.max(0),
-                    ..crate::read::BatchColumns::empty()
-                }),
+                None => {
+                    let mut empty = crate::read::BatchColumns::empty();
+                    empty.next_offset = offset.max(0);
+                    Ok(empty)
+                }
             }
         })?
     }
