@@ -240,14 +240,17 @@ impl CommitLog {
             return AppendResult::failed(s);
         }
         let env = self.message_envelope(msg);
-        match RecordTemplate::with_properties(&env, &msg.properties) {
-            Ok(template) => self.append_one(
-                &template,
-                &msg.body,
-                msg.property(crate::format::property::WAIT),
-            ),
-            Err(s) => AppendResult::failed(s),
-        }
+        // Checked first, then built in place: the template is not moved out of a `Result`.
+        let len = match RecordTemplate::check_properties(&env, &msg.properties) {
+            Ok(len) => len,
+            Err(s) => return AppendResult::failed(s),
+        };
+        let template = RecordTemplate::with_checked_properties(&env, &msg.properties, len);
+        self.append_one(
+            &template,
+            &msg.body,
+            msg.property(crate::format::property::WAIT),
+        )
     }
 
     /// Appends `msg` with `body` (not `msg.body`) and `props` as its stored properties string
