@@ -3,11 +3,11 @@
 //! segment behind an end-of-file blank record, and the topic-queue offset table it numbers
 //! messages with.
 
-use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, MutexGuard};
 
+use super::queue_offsets::QueueOffsets;
 use super::CommitLog;
 use crate::file::mapped_file::MappedFile;
 use crate::format::MAX_QUEUE_OFFSET;
@@ -134,37 +134,25 @@ pub struct Batch<'a> {
 
 #[derive(Default)]
 pub(super) struct PutState {
-    /// topic -> queue id -> next queue offset (`topicQueueTable`).
-    pub(super) queue_offsets: HashMap<String, HashMap<i32, i64>>,
+    /// topic -> queue id -> next queue offset (`topicQueueTable`), with the last put's queue
+    /// cached in front of it.
+    pub(super) queue_offsets: QueueOffsets,
     /// Store timestamps never go backwards, even if the wall clock does.
     pub(super) last_store_ts: i64,
 }
 
 impl PutState {
     pub(super) fn next_queue_offset(&self, topic: &str, queue_id: i32) -> i64 {
-        self.queue_offsets
-            .get(topic)
-            .and_then(|q| q.get(&queue_id))
-            .copied()
-            .unwrap_or(0)
-    }
-
-    /// The queues of `topic`, allocating its name only the first time.
-    fn queues_mut(&mut self, topic: &str) -> &mut HashMap<i32, i64> {
-        if !self.queue_offsets.contains_key(topic) {
-            self.queue_offsets.insert(topic.to_owned(), HashMap::new());
-        }
-        self.queue_offsets.get_mut(topic).expect("inserted above")
+        self.queue_offsets.get(topic, queue_id)
     }
 
     pub(super) fn set_queue_offset(&mut self, topic: &str, queue_id: i32, next: i64) {
-        self.queues_mut(topic).insert(queue_id, next);
+        self.queue_offsets.set(topic, queue_id, next);
     }
 
     /// Raises the next queue offset to `next` if it is lower (recovery and its merges).
     pub(super) fn raise_queue_offset(&mut self, topic: &str, queue_id: i32, next: i64) {
-        let e = self.queues_mut(topic).entry(queue_id).or_insert(next);
-        *e = (*e).max(next);
+        self.queue_offsets.raise(topic, queue_id, next);
     }
 }
 
@@ -173,12 +161,7 @@ impl CommitLog {
     /// 0 (the queue was deleted).
     pub(crate) fn remove_queue_offset(&self, topic: &str, queue_id: i32) {
         let mut st = self.put.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(queues) = st.queue_offsets.get_mut(topic) {
-            queues.remove(&queue_id);
-            if queues.is_empty() {
-                st.queue_offsets.remove(topic);
-            }
-        }
+        st.queue_offsets.remove(topic, queue_id);
     }
 
     /// Takes the append lock and reads the clock once: the time is both when the lock was
@@ -257,14 +240,17 @@ impl CommitLog {
             return AppendResult::failed(s);
         }
         let env = self.message_envelope(msg);
-        match RecordTemplate::with_properties(&env, &msg.properties) {
-            Ok(template) => self.append_one(
-                &template,
-                &msg.body,
-                msg.property(crate::format::property::WAIT),
-            ),
-            Err(s) => AppendResult::failed(s),
-        }
+        // Checked first, then built in place: the template is not moved out of a `Result`.
+        let len = match RecordTemplate::check_properties(&env, &msg.properties) {
+            Ok(len) => len,
+            Err(s) => return AppendResult::failed(s),
+        };
+        let template = RecordTemplate::with_checked_properties(&env, &msg.properties, len);
+        self.append_one(
+            &template,
+            &msg.body,
+            msg.property(crate::format::property::WAIT),
+        )
     }
 
     /// Appends `msg` with `body` (not `msg.body`) and `props` as its stored properties string
@@ -452,18 +438,13 @@ impl CommitLog {
         let now = lock.now;
         let st: &mut PutState = &mut lock;
         let store_ts = now.max(st.last_store_ts);
-        // The queue's slot in the table, looked up once: read here, advanced after the write
-        // (absent for a queue's first put, inserted then).
-        let mut slot = None;
-        let base_queue_offset = if consumes_offsets {
-            slot = st
-                .queue_offsets
-                .get_mut(template.topic)
-                .and_then(|q| q.get_mut(&template.queue_id));
-            slot.as_deref().copied().unwrap_or(0)
-        } else {
-            0
-        };
+        // The queue's slot, looked up once (in the last-queue cache, else the table; a queue's
+        // first put inserts it at 0): read here, advanced after the write.
+        let slot = consumes_offsets.then(|| {
+            st.queue_offsets
+                .slot_for_put(template.topic, template.queue_id)
+        });
+        let base_queue_offset = slot.map_or(0, |s| s.load(Ordering::Relaxed));
         // The last record's queue offset is base + len - 1, and must not pass the largest.
         if base_queue_offset > MAX_QUEUE_OFFSET + 1 - records.len() as i64 {
             // The queue's units could not be placed: refuse rather than wrap.
@@ -536,9 +517,8 @@ impl CommitLog {
         file.set_store_timestamp(store_ts);
         if consumes_offsets {
             let next = base_queue_offset + records.len() as i64;
-            match slot {
-                Some(slot) => *slot = next,
-                None => st.set_queue_offset(template.topic, template.queue_id, next),
+            if let Some(slot) = slot {
+                slot.store(next, Ordering::Relaxed);
             }
         }
         st.last_store_ts = store_ts;

@@ -17,6 +17,7 @@ mod check;
 mod disk;
 mod flush;
 mod group_commit;
+mod queue_offsets;
 mod read;
 mod recovery;
 

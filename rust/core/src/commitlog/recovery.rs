@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::append::PutState;
 use super::check::{check_record_at, queue_fields_are_legal};
+use super::queue_offsets::QueueOffsets;
 use super::CommitLog;
 use crate::error::Result;
 use crate::file::mapped_file::MappedFile;
@@ -186,7 +187,7 @@ impl CommitLog {
         self.queue.set_flushed_where(process_offset);
         self.queue.set_committed_where(process_offset);
         let mut st = self.put.lock().unwrap_or_else(|p| p.into_inner());
-        st.queue_offsets = table.queue_offsets;
+        st.queue_offsets.replace(table.queue_offsets);
         st.last_store_ts = last_ts;
         Ok(report)
     }
@@ -234,7 +235,7 @@ impl CommitLog {
         if self.queue.flushed_where() > offset {
             self.queue.set_flushed_where(offset);
         }
-        st.queue_offsets = table;
+        st.queue_offsets.replace(QueueOffsets::from_map(table));
         Ok(())
     }
 }

@@ -140,10 +140,23 @@ impl<'a> RecordTemplate<'a> {
     /// its own.
     ///
     /// [`render_properties`]: super::properties::render_properties
+    #[cfg(test)]
     pub(crate) fn with_properties(
         env: &RecordEnvelope<'a>,
         properties: &[(String, String)],
     ) -> Result<RecordTemplate<'a>, PutMessageStatus> {
+        let len = Self::check_properties(env, properties)?;
+        Ok(Self::with_checked_properties(env, properties, len))
+    }
+
+    /// Checks the envelope and `properties` as `render_properties` and [`check_envelope`] do,
+    /// with the same statuses: the length of the properties string they render to, or the
+    /// status that refuses them or the envelope.
+    #[inline]
+    pub(crate) fn check_properties(
+        env: &RecordEnvelope<'_>,
+        properties: &[(String, String)],
+    ) -> Result<usize, PutMessageStatus> {
         let mut len = 0usize;
         for (k, v) in properties {
             if !property_is_legal(k, v) {
@@ -152,14 +165,27 @@ impl<'a> RecordTemplate<'a> {
             len += k.len() + v.len() + 2;
         }
         check_envelope_len(env, len)?;
-        Ok(Self::build(env, len, |c| {
+        Ok(len)
+    }
+
+    /// Encodes the shared parts once [`RecordTemplate::check_properties`] passed and gave
+    /// `len`, rendering the properties string (`messageProperties2String`) straight into the
+    /// tail. Returned by value (not in a `Result`), so that the caller's binding is built in
+    /// place rather than moved out of a result (the template is a few hundred bytes).
+    #[inline(always)]
+    pub(crate) fn with_checked_properties(
+        env: &RecordEnvelope<'a>,
+        properties: &[(String, String)],
+        len: usize,
+    ) -> RecordTemplate<'a> {
+        Self::build(env, len, |c| {
             for (k, v) in properties {
                 c.put(k.as_bytes());
                 c.put(&[NAME_VALUE_SEPARATOR as u8]);
                 c.put(v.as_bytes());
                 c.put(&[PROPERTY_SEPARATOR as u8]);
             }
-        }))
+        })
     }
 
     /// Encodes the shared parts with a properties string of `properties_len` bytes that
