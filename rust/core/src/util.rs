@@ -192,10 +192,16 @@ pub(crate) fn check_dir_or_absent(path: &Path, what: &str) -> Result<bool> {
     }
 }
 
+/// A fresh CRC32 hasher, made once: `crc32fast::hash` asks the CPU's features again at every
+/// call (a handful of feature lookups per record), a clone of this one does not.
+static CRC32_FRESH: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
+
 /// `UtilAll.crc32`: CRC32 (IEEE) masked with `0x7FFFFFFF`, so never negative.
 #[inline]
 pub(crate) fn masked_crc32(data: &[u8]) -> i32 {
-    (crc32fast::hash(data) & 0x7FFF_FFFF) as i32
+    let mut hasher = CRC32_FRESH.get_or_init(crc32fast::Hasher::new).clone();
+    hasher.update(data);
+    (hasher.finalize() & 0x7FFF_FFFF) as i32
 }
 
 /// `UtilAll.offset2FileName`: the offset as 20 zero-padded decimal digits.
@@ -275,6 +281,19 @@ mod tests {
         assert_eq!(crc32fast::hash(b"body"), 3_685_223_346);
         assert_eq!(masked_crc32(b"body"), 1_537_739_698);
         assert_eq!(masked_crc32(b""), 0);
+    }
+
+    #[test]
+    fn masked_crc_starts_afresh_at_every_call() {
+        // The shared fresh hasher is cloned, never fed: every call's CRC is its bytes' alone,
+        // at every length the kernels split on (below 16, 128, 256 and 2 KiB, and above).
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i * 31 + 7) as u8).collect();
+        for len in [0, 1, 15, 16, 127, 128, 255, 256, 1024, 2047, 2048, 4999] {
+            for _ in 0..2 {
+                let expected = (crc32fast::hash(&bytes[..len]) & 0x7FFF_FFFF) as i32;
+                assert_eq!(masked_crc32(&bytes[..len]), expected, "{len} bytes");
+            }
+        }
     }
 
     #[test]
