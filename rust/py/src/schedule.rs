@@ -1,6 +1,6 @@
-//! The delay levels' calls of `Store` (their Python methods are in `store.rs`, which calls
-//! these): one delivery round, loading the saved progress, the progress and the figures. Each
-//! runs with the GIL released.
+//! The delay levels' calls of `Store` (their Python methods are at the end of this file): one
+//! delivery round, loading the saved progress, the progress and the figures. Each runs with the
+//! GIL released.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -94,4 +94,47 @@ pub(crate) fn stats(store: &MessageStore) -> rmqstore_core::Result<Vec<StatsRow>
             )
         })
         .collect())
+}
+
+/// The delay levels' methods of `Store` (`rmqstore._rmqstore.Store`).
+#[pymethods]
+impl crate::store::Store {
+    /// Loads the delay levels' saved progress (`delayOffset.json`'s `offsetTable`, saved at
+    /// `persisted_at_ms`), clamped to each level queue and moved past what was delivered after
+    /// the save; returns the resulting table.
+    fn schedule_load(
+        &self,
+        py: Python<'_>,
+        offsets: HashMap<i32, i64>,
+        persisted_at_ms: i64,
+    ) -> PyResult<BTreeMap<i32, i64>> {
+        self.run(py, |s| load(s, &offsets, persisted_at_ms))
+    }
+
+    /// One delivery round of delay level `level`: at most `max_msgs` due messages put into
+    /// their real queues.
+    fn schedule_deliver(
+        &self,
+        py: Python<'_>,
+        level: i32,
+        max_msgs: i64,
+    ) -> PyResult<ScheduleStep> {
+        self.run(py, |s| deliver(s, level, max_msgs))
+            .map(Into::into)
+    }
+
+    /// Each delay level's progress: level -> next queue offset to deliver.
+    fn schedule_offsets(&self, py: Python<'_>) -> PyResult<BTreeMap<i32, i64>> {
+        self.run(py, |s| s.schedule_offsets())
+    }
+
+    /// Per delay level: (level, delay_ms, offset, max_offset, pending, oldest_due_ms).
+    fn schedule_stats(&self, py: Python<'_>) -> PyResult<Vec<StatsRow>> {
+        self.run(py, stats)
+    }
+
+    /// Delay in ms of levels 1..max (`message_delay_level`).
+    fn schedule_levels(&self, py: Python<'_>) -> PyResult<Vec<i64>> {
+        self.run(py, |s| Ok(s.schedule_levels()))
+    }
 }

@@ -2,7 +2,6 @@
 //! touches files, maps or locks runs detached from the interpreter (GIL released) and holds no
 //! Python object while it does.
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -703,47 +702,6 @@ impl Store {
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.run(py, |s| s.close())
-    }
-
-    // -- delay levels (crate::schedule) ----------------------------------------------------
-
-    /// Loads the delay levels' saved progress (`delayOffset.json`'s `offsetTable`, saved at
-    /// `persisted_at_ms`), clamped to each level queue and moved past what was delivered after
-    /// the save; returns the resulting table.
-    fn schedule_load(
-        &self,
-        py: Python<'_>,
-        offsets: HashMap<i32, i64>,
-        persisted_at_ms: i64,
-    ) -> PyResult<BTreeMap<i32, i64>> {
-        self.run(py, |s| crate::schedule::load(s, &offsets, persisted_at_ms))
-    }
-
-    /// One delivery round of delay level `level`: at most `max_msgs` due messages put into
-    /// their real queues.
-    fn schedule_deliver(
-        &self,
-        py: Python<'_>,
-        level: i32,
-        max_msgs: i64,
-    ) -> PyResult<crate::schedule::ScheduleStep> {
-        self.run(py, |s| crate::schedule::deliver(s, level, max_msgs))
-            .map(Into::into)
-    }
-
-    /// Each delay level's progress: level -> next queue offset to deliver.
-    fn schedule_offsets(&self, py: Python<'_>) -> PyResult<BTreeMap<i32, i64>> {
-        self.run(py, |s| s.schedule_offsets())
-    }
-
-    /// Per delay level: (level, delay_ms, offset, max_offset, pending, oldest_due_ms).
-    fn schedule_stats(&self, py: Python<'_>) -> PyResult<Vec<crate::schedule::StatsRow>> {
-        self.run(py, crate::schedule::stats)
-    }
-
-    /// Delay in ms of levels 1..max (`message_delay_level`).
-    fn schedule_levels(&self, py: Python<'_>) -> PyResult<Vec<i64>> {
-        self.run(py, |s| Ok(s.schedule_levels()))
     }
 
     // -- timer messages ---------------------------------------------------------------------
