@@ -134,21 +134,6 @@ impl<'a> RecordTemplate<'a> {
         Self::build(env, properties.len(), |c| c.put(properties.as_bytes()))
     }
 
-    /// Checks the envelope and `properties` (as [`render_properties`] and [`check_envelope`]
-    /// do, with the same statuses) and encodes the shared parts, rendering the properties
-    /// string (`messageProperties2String`) straight into the tail instead of into a string of
-    /// its own.
-    ///
-    /// [`render_properties`]: super::properties::render_properties
-    #[cfg(test)]
-    pub(crate) fn with_properties(
-        env: &RecordEnvelope<'a>,
-        properties: &[(String, String)],
-    ) -> Result<RecordTemplate<'a>, PutMessageStatus> {
-        let len = Self::check_properties(env, properties)?;
-        Ok(Self::with_checked_properties(env, properties, len))
-    }
-
     /// Checks the envelope and `properties` as `render_properties` and [`check_envelope`] do,
     /// with the same statuses: the length of the properties string they render to, or the
     /// status that refuses them or the envelope.
@@ -536,6 +521,14 @@ pub(crate) mod tests {
     /// longer than the inline buffer).
     #[test]
     fn properties_rendered_in_place_match_the_rendered_string() {
+        // The put path's two steps: check (the length), then build in place.
+        fn checked<'a>(
+            env: &RecordEnvelope<'a>,
+            props: &[(String, String)],
+        ) -> Result<RecordTemplate<'a>, PutMessageStatus> {
+            let len = RecordTemplate::check_properties(env, props)?;
+            Ok(RecordTemplate::with_checked_properties(env, props, len))
+        }
         let long_value = "v".repeat(INLINE_TAIL * 2);
         let cases: Vec<Vec<(String, String)>> = vec![
             vec![],
@@ -552,7 +545,7 @@ pub(crate) mod tests {
             let want = PreparedMessage::new(&env("FooBar"), &body, &text, &limits())
                 .unwrap()
                 .to_vec(5, 500, 1_700_000_000_001);
-            let t = RecordTemplate::with_properties(&env("FooBar"), props).unwrap();
+            let t = checked(&env("FooBar"), props).unwrap();
             let b = t.prepare(&body, &limits()).unwrap();
             let mut got = vec![0u8; b.total_len as usize];
             t.write_record(&mut got, &b, 5, 500, 1_700_000_000_001, true);
@@ -563,7 +556,7 @@ pub(crate) mod tests {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect();
-            RecordTemplate::with_properties(&env(topic), &props).unwrap_err()
+            checked(&env(topic), &props).unwrap_err()
         };
         assert_eq!(
             refused(&[("k", "a\u{1}b")], "T"),
