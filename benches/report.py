@@ -384,6 +384,22 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                 check(tx, 300_000),
             )
         )
+    pf = results.get("prefault")
+    if pf:
+        for kind, what in (("put", "single put_message"), ("tx", "prepare + commit")):
+            show = tx_rate if kind == "tx" else (lambda v: fmt_rate(v, "msg/s"))
+            rows.append(
+                Row(
+                    f"prefault service, {what} of 128 B, one Python thread, ASYNC_FLUSH: "
+                    f"{show(float(pf[f'{kind}_rate']))} with the 32 MiB window, "
+                    f"{show(float(pf[f'{kind}_rate_off']))} without; the putting "
+                    f"thread's CPU {float(pf[f'{kind}_cpu_us']):.2f} us an operation vs "
+                    f"{float(pf[f'{kind}_cpu_us_off']):.2f} us",
+                    f"{float(pf[f'{kind}_ratio']):.2f}x",
+                    "(reported)",
+                    None,
+                )
+            )
     tsf = results.get("tx_sync_flush")
     if tsf:
         per_force = float(tsf["puts_per_force"])

@@ -21,6 +21,7 @@ __all__ = [
     "Message",
     "MessageExt",
     "PoolBuffers",
+    "PrefaultStep",
     "PutMessageResult",
     "ReadBatchBuffers",
     "ScheduleStep",
@@ -318,6 +319,17 @@ class CommitStep:
         """The service was told to stop."""
 
 @final
+class PrefaultStep:
+    """What ``Store.prefault_step`` did."""
+
+    @property
+    def bytes(self) -> int:
+        """Commitlog bytes faulted in ahead of the appender."""
+    @property
+    def stopped(self) -> bool:
+        """The service was told to stop."""
+
+@final
 class AllocationStep:
     """What ``Store.allocation_service_step`` did."""
 
@@ -481,6 +493,7 @@ class Store:
     def attach_allocation_service(self) -> None: ...
     def allocation_service_step(self, timeout_ms: int) -> AllocationStep: ...
     def preallocated_offsets(self) -> list[int]: ...
+    def prefault_step(self, window: int, timeout_ms: int) -> PrefaultStep: ...
     def stop_services(self) -> None: ...
     def close(self) -> None: ...
     def schedule_load(self, offsets: dict[int, int], persisted_at_ms: int) -> dict[int, int]: ...

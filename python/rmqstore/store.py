@@ -20,6 +20,7 @@ from ._schedule import DelayOffsetManager, ScheduleLevelStats, ScheduleMessageSe
 from ._services import (
     AllocateMappedFileService,
     CheckpointService,
+    CommitLogPrefaultService,
     CommitRealTimeService,
     FlushConsumeQueueService,
     FlushRealTimeService,
@@ -221,6 +222,8 @@ class MessageStore(TransactionsMixin, CleaningMixin, TopicDeletionMixin):
         ]
         if cfg.transient_store_pool_enable:
             services.append(CommitRealTimeService.for_config(self._core, cfg))
+        elif cfg.prefault_window_commit_log > 0:
+            services.append(CommitLogPrefaultService(self._core, cfg.prefault_window_commit_log))
         if self._topic_config is not None:
             self._topic_config.sync()
             services.append(self._topic_config)

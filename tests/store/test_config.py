@@ -28,6 +28,7 @@ def test_defaults_are_rocketmqs() -> None:
         "flush_disk_type": "ASYNC_FLUSH",
         "warm_mapped_file_enable": False,
         "flush_least_pages_when_warm_mapped_file": 4096,
+        "prefault_window_commit_log": 32 * 1024 * 1024,
         "check_crc_on_recover": True,
         "check_crc_on_read": True,
         "decompress_body_on_read": True,

@@ -6,7 +6,8 @@
 //! services (op messages are written by the ending thread when a batch is full). Each side
 //! writes fresh commitlog pages: interleaving them in one store would let one side use the
 //! pages the page cache's read-ahead zeroed for the other. Prints wall and thread-CPU rates and
-//! the median ratio of transactions/s to puts/s.
+//! the median ratio of transactions/s to puts/s. `PREFAULT_MB=16` runs the prefault service's
+//! rounds (a 16 MiB window) in another thread, as a store opened from Python does.
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,12 @@ fn main() {
     let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(300_000);
     let size: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(128);
     let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(4);
+    // PREFAULT_MB=16: a thread makes the prefault service's rounds with that window.
+    let prefault: i64 = std::env::var("PREFAULT_MB")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or(0)
+        << 20;
     let msg = Message {
         topic: "TopicTx".to_owned(),
         body: vec![b'x'; size],
@@ -47,17 +54,31 @@ fn main() {
                 ..StoreConfig::default()
             };
             let store = MessageStore::open(&dir, cfg).expect("open");
-            let (t, c) = (Instant::now(), thread_cpu());
-            for _ in 0..n {
-                if kind == 0 {
-                    assert!(store.put_message(&msg).unwrap().is_ok());
-                } else {
-                    let (r, id) = store.prepare_message(&msg, None).unwrap();
-                    assert!(r.is_ok());
-                    assert!(store.end_transaction(TxTarget::Id(id), true).unwrap().ended);
+            let done = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|scope| {
+                if prefault > 0 {
+                    // The prefault service's rounds, as the Python service makes them.
+                    scope.spawn(|| {
+                        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                            store
+                                .prefault_step(prefault, Duration::from_millis(20))
+                                .unwrap();
+                        }
+                    });
                 }
-            }
-            res[kind] = (t.elapsed(), thread_cpu() - c);
+                let (t, c) = (Instant::now(), thread_cpu());
+                for _ in 0..n {
+                    if kind == 0 {
+                        assert!(store.put_message(&msg).unwrap().is_ok());
+                    } else {
+                        let (r, id) = store.prepare_message(&msg, None).unwrap();
+                        assert!(r.is_ok());
+                        assert!(store.end_transaction(TxTarget::Id(id), true).unwrap().ended);
+                    }
+                }
+                res[kind] = (t.elapsed(), thread_cpu() - c);
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
             store.close().unwrap();
             let _ = std::fs::remove_dir_all(&dir);
         }

@@ -377,6 +377,13 @@ settings! {
     /// Pages between forces while warming a segment in SYNC_FLUSH (4096 pages = 16 MiB).
     flush_least_pages_when_warm_mapped_file: i64 = 1024 / 4 * 16,
         "flushLeastPagesWhenWarmMapedFile", int(1, I32_MAX);
+    /// Bytes of the commitlog segment being appended to that a service thread faults in ahead
+    /// of the write position (32 MiB; 0: none).
+    ///
+    /// rmqstore's own setting: puts then find their pages mapped instead of having the kernel
+    /// zero each new page on the producer's thread. Nothing is written ahead (RocketMQ's
+    /// `warmMapedFileEnable` writes and locks whole segments instead).
+    prefault_window_commit_log: i64 = 32 * 1024 * 1024, -, int(0, I32_MAX);
     /// Verify body CRCs when recovering at open.
     check_crc_on_recover: bool = true, "checkCRCOnRecover", Bool;
     /// Verify each record's body CRC whenever a message is read.

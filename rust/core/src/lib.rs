@@ -40,8 +40,8 @@ pub use file::mapped_file::MappedFile;
 pub use format::{HostAddr, Message, MessageExt, PutMessageStatus};
 pub use running_flags::RunningFlags;
 pub use store::{
-    is_lmq_topic, is_system_topic, MessageStore, PutBatch, PutMessageHook, StoreState,
-    RECALL_MESSAGE_TAG, SYSTEM_TOPICS, SYSTEM_TOPIC_PREFIX,
+    is_lmq_topic, is_system_topic, MessageStore, PrefaultStep, PutBatch, PutMessageHook,
+    StoreState, RECALL_MESSAGE_TAG, SYSTEM_TOPICS, SYSTEM_TOPIC_PREFIX,
 };
 pub use timer::{TimerDequeueStep, TimerEnqueueStep, TimerStats, TIMER_TOPIC};
 pub use transaction::{CheckParams, CheckStep, EndOutcome, PendingTx, TxStats, TxTarget};

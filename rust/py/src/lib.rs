@@ -28,7 +28,8 @@ mod _rmqstore {
     use crate::schedule::ScheduleStep;
     #[pymodule_export]
     use crate::steps::{
-        AllocationStep, CommitStep, DispatchStep, GroupCommitStep, PoolBuffers, ReadBatchBuffers,
+        AllocationStep, CommitStep, DispatchStep, GroupCommitStep, PoolBuffers, PrefaultStep,
+        ReadBatchBuffers,
     };
     #[pymodule_export]
     use crate::store::Store;

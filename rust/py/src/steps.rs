@@ -163,3 +163,47 @@ fn py_bool(b: bool) -> &'static str {
         "False"
     }
 }
+
+/// What `Store.prefault_step` did (the core's `PrefaultStep`).
+#[pyclass(frozen, module = "rmqstore._rmqstore")]
+pub struct PrefaultStep {
+    /// Commitlog bytes faulted in ahead of the appender.
+    #[pyo3(get)]
+    pub bytes: i64,
+    /// The service was told to stop.
+    #[pyo3(get)]
+    pub stopped: bool,
+}
+
+#[pymethods]
+impl PrefaultStep {
+    fn __repr__(&self) -> String {
+        format!(
+            "PrefaultStep(bytes={}, stopped={})",
+            self.bytes,
+            py_bool(self.stopped)
+        )
+    }
+}
+
+/// The prefault service's call of `Store` (beside the other services' calls in store.rs).
+#[pymethods]
+impl crate::store::Store {
+    /// One round of the prefault service: waits up to `timeout_ms` until the appender nears
+    /// the commitlog pages faulted in ahead of it, then faults in pages up to `window` bytes
+    /// past its write position. Runs with the GIL released.
+    fn prefault_step(
+        &self,
+        py: Python<'_>,
+        window: i64,
+        timeout_ms: u64,
+    ) -> PyResult<PrefaultStep> {
+        let s = self.run(py, |s| {
+            s.prefault_step(window, std::time::Duration::from_millis(timeout_ms))
+        })?;
+        Ok(PrefaultStep {
+            bytes: s.bytes,
+            stopped: s.stopped,
+        })
+    }
+}

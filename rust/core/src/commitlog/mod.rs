@@ -17,6 +17,7 @@ mod check;
 mod disk;
 mod flush;
 mod group_commit;
+mod prefault;
 mod queue_offsets;
 mod read;
 mod recovery;
@@ -80,6 +81,8 @@ pub(crate) struct CommitLog {
     check_crc_on_read: bool,
     /// `decompress_body_on_read`: reads give compressed bodies back decompressed.
     decompress_on_read: bool,
+    /// The prefault rounds' progress (one round at a time).
+    prefault: Mutex<prefault::PrefaultState>,
 }
 
 impl CommitLog {
@@ -134,6 +137,7 @@ impl CommitLog {
             read_only,
             check_crc_on_read: config.check_crc_on_read,
             decompress_on_read: config.decompress_body_on_read,
+            prefault: Mutex::default(),
         })
     }
 

@@ -27,6 +27,9 @@ use crate::error::{Result, StoreError};
 use crate::file::segment_view::{self, SegmentView};
 use crate::file::transient_pool::PoolBuffer;
 
+mod populate;
+pub(crate) use populate::Populate;
+
 /// `OS_PAGE_SIZE`.
 pub(crate) const OS_PAGE_SIZE: i64 = 4096;
 
@@ -266,7 +269,6 @@ impl MappedFile {
     }
 
     /// The segment still holds a write buffer (not fully committed).
-    #[cfg(test)]
     pub(crate) fn has_write_buffer(&self) -> bool {
         !self.buffer_ptr.load(Ordering::Acquire).is_null()
     }

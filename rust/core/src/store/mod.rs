@@ -27,6 +27,7 @@ mod transaction;
 mod transaction_check;
 
 pub use hooks::{PutBatch, PutMessageHook};
+pub use services::PrefaultStep;
 pub(crate) use state::StateMachine;
 pub use state::StoreState;
 pub use timer::RECALL_MESSAGE_TAG;
