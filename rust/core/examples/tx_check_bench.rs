@@ -9,8 +9,9 @@
 //! `warm_mapped_file_enable` and runs the allocation service on a thread of its own, as the
 //! Python store does (`AllocateMappedFileService` + `warmMappedFile`: the next segment is
 //! created and every page touched before an append reaches it, so neither the copies nor the
-//! puts pay the first-write page faults); `SEGMENT_MB` sets the commitlog segment size
-//! (default 1024).
+//! puts pay the first-write page faults); `PREFAULT_MB=32` runs the allocation service and the
+//! prefault service (that window) on threads of their own, as the Python store does by default;
+//! `SEGMENT_MB` sets the commitlog segment size (default 1024).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,8 +52,13 @@ fn main() {
         warm_mapped_file_enable: warm,
         ..StoreConfig::default()
     };
+    let prefault: i64 = std::env::var("PREFAULT_MB")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or(0)
+        << 20;
     let store = Arc::new(MessageStore::open(&dir, cfg.clone()).expect("open"));
-    let service = warm.then(|| allocation_service(&store));
+    let service = (warm || prefault > 0).then(|| services(&store, prefault));
     let body = vec![b'x'; size];
     let born = rmqstore_core::now_millis() - 60_000;
     let msg = |i: usize| Message {
@@ -143,7 +149,7 @@ fn main() {
     let (store, service) = if std::env::var("REOPEN").is_ok() {
         stop(store, service);
         let store = Arc::new(MessageStore::open(&dir, cfg).expect("reopen"));
-        let service = warm.then(|| allocation_service(&store));
+        let service = (warm || prefault > 0).then(|| services(&store, prefault));
         (store, service)
     } else {
         (store, service)
@@ -215,23 +221,37 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The allocation service on a thread of its own (what `rmqstore._services` runs).
-fn allocation_service(store: &Arc<MessageStore>) -> std::thread::JoinHandle<()> {
+/// The allocation service, and the prefault service when `prefault` > 0, on threads of their
+/// own (what `rmqstore._services` runs).
+fn services(store: &Arc<MessageStore>, prefault: i64) -> Vec<std::thread::JoinHandle<()>> {
     store.attach_allocation_service();
     let s = Arc::clone(store);
-    std::thread::spawn(move || {
+    let mut threads = vec![std::thread::spawn(move || {
         while !s
             .allocation_service_step(Duration::from_millis(100))
             .stopped
         {}
-    })
+    })];
+    if prefault > 0 {
+        let s = Arc::clone(store);
+        threads.push(std::thread::spawn(move || {
+            while !s
+                .prefault_step(prefault, Duration::from_millis(100))
+                .unwrap()
+                .stopped
+            {}
+        }));
+    }
+    threads
 }
 
-/// Stops the service thread (if any) and closes the store.
-fn stop(store: Arc<MessageStore>, service: Option<std::thread::JoinHandle<()>>) {
-    if let Some(h) = service {
+/// Stops the service threads (if any) and closes the store.
+fn stop(store: Arc<MessageStore>, service: Option<Vec<std::thread::JoinHandle<()>>>) {
+    if let Some(threads) = service {
         store.stop_services();
-        h.join().unwrap();
+        for h in threads {
+            h.join().unwrap();
+        }
     }
     store.close().unwrap();
 }
