@@ -170,7 +170,11 @@ NOTES = {
         "RocketMQ's record format: each put computes the body's CRC32 and writes ~100 B of header "
         "(topic, queue, offsets, timestamps, hosts); the consume queue and index are NOT built "
         "inline: dispatch builds them after the puts (its rate is the 'dispatch' row, timed "
-        "apart); no fsync (ASYNC_FLUSH, no flush service in the core program); reads check "
+        "apart); no fsync (ASYNC_FLUSH, no flush service in the core program); during puts "
+        "the store's allocation and prefault services run on threads of their own, as in a "
+        "store opened from Python (the prefault service faults commitlog pages in ahead of "
+        "the appender, moving the kernel's page zeroing off the putting thread: a second "
+        "core's work the single-threaded peers do not get); reads check "
         "every body's CRC; read_batch returns Arrow columns of every field (topic, offsets, "
         "timestamps, tags, keys, properties, body), get_message one MessageExt per message "
         "with its body copied."
@@ -184,7 +188,8 @@ NOTES = {
     ),
     "chronicle": (
         "no checksum at all (neither on append nor on read); its index is built inline on "
-        "append; no fsync (the open-source queue leaves it to the OS); a 4-byte header per "
+        "append; no fsync (the open-source queue leaves it to the OS); no pretoucher running "
+        "(Chronicle offers one, off by default); a 4-byte header per "
         "excerpt, no topic/queue/timestamp fields; JIT warmed by an untimed pass in the same "
         "JVM; the tailer read copies each body into a reusable byte[] (one copy); no batch "
         "append API."

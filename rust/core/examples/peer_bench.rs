@@ -4,7 +4,9 @@
 //! `cargo run --release -p rmqstore-core --example peer_bench DIR N128 N1K WARMUP`: for bodies of
 //! 128 B (N128 messages) and 1 KiB (N1K messages), in fresh stores under DIR (removed after):
 //! - `put_<size>`: single `put_message` of one prebuilt message (topic, queue 0, body, no
-//!   properties) in a loop, one thread, ASYNC_FLUSH, no services running;
+//!   properties) in a loop, one thread, ASYNC_FLUSH, with the services a store opened from
+//!   Python runs beside its puts (segment allocation, the prefault service) on threads of
+//!   their own, dispatch not running;
 //! - `dispatch_<size>`: the dispatch steps that then build the consume queue and index of those
 //!   messages (timed apart: RocketMQ builds them behind the put, in its reput service);
 //! - `read_batch_<size>` / `read_batch8k_<size>`: `read_batch` of the whole queue at 65,536 and
@@ -46,6 +48,43 @@ fn config() -> StoreConfig {
     }
 }
 
+/// The put path's services, as a store opened from Python runs them (`rmqstore._services`):
+/// segment allocation ahead of need and the commitlog prefault service (its default window).
+struct Services<'a> {
+    store: &'a MessageStore,
+    threads: Vec<std::thread::ScopedJoinHandle<'a, ()>>,
+}
+
+impl<'a> Services<'a> {
+    fn start(scope: &'a std::thread::Scope<'a, '_>, store: &'a MessageStore) -> Services<'a> {
+        store.attach_allocation_service();
+        let window = config().prefault_window_commit_log;
+        let threads = vec![
+            scope.spawn(move || {
+                while !store
+                    .allocation_service_step(Duration::from_millis(100))
+                    .stopped
+                {}
+            }),
+            scope.spawn(move || {
+                while !store
+                    .prefault_step(window, Duration::from_millis(100))
+                    .expect("prefault")
+                    .stopped
+                {}
+            }),
+        ];
+        Services { store, threads }
+    }
+
+    fn stop(self) {
+        self.store.stop_services();
+        for t in self.threads {
+            t.join().expect("service thread");
+        }
+    }
+}
+
 fn rate(n: usize, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64().max(1e-9)
 }
@@ -59,11 +98,16 @@ fn single_round(dir: &Path, size: usize, n: usize) -> Vec<(String, f64)> {
         body: body(size),
         ..Message::default()
     };
-    let t = Instant::now();
-    for _ in 0..n {
-        assert!(store.put_message(&msg).expect("put").is_ok());
-    }
-    let put = t.elapsed();
+    let put = std::thread::scope(|scope| {
+        let services = Services::start(scope, &store);
+        let t = Instant::now();
+        for _ in 0..n {
+            assert!(store.put_message(&msg).expect("put").is_ok());
+        }
+        let put = t.elapsed();
+        services.stop();
+        put
+    });
     let t = Instant::now();
     while store
         .dispatch_step(64 << 20, Duration::ZERO)
@@ -125,23 +169,28 @@ fn batch_round(dir: &Path, size: usize, n: usize) -> f64 {
     let store = MessageStore::open(&path, config()).expect("open");
     let b = body(size);
     let bodies: Vec<&[u8]> = vec![&b; BATCH];
-    let t = Instant::now();
-    let mut done = 0;
-    while done < n {
-        let k = BATCH.min(n - done);
-        let batch = Batch {
-            topic: TOPIC,
-            queue_id: 0,
-            bodies: &bodies[..k],
-            properties: &[],
-            flag: 0,
-            born_timestamp: 0,
-            born_host: None,
-        };
-        assert!(store.put_messages(&batch).expect("put_messages").is_ok());
-        done += k;
-    }
-    let r = rate(n, t.elapsed());
+    let r = std::thread::scope(|scope| {
+        let services = Services::start(scope, &store);
+        let t = Instant::now();
+        let mut done = 0;
+        while done < n {
+            let k = BATCH.min(n - done);
+            let batch = Batch {
+                topic: TOPIC,
+                queue_id: 0,
+                bodies: &bodies[..k],
+                properties: &[],
+                flag: 0,
+                born_timestamp: 0,
+                born_host: None,
+            };
+            assert!(store.put_messages(&batch).expect("put_messages").is_ok());
+            done += k;
+        }
+        let r = rate(n, t.elapsed());
+        services.stop();
+        r
+    });
     store.close().expect("close");
     std::fs::remove_dir_all(&path).expect("remove");
     r
