@@ -189,7 +189,8 @@ NOTES = {
     "chronicle": (
         "no checksum at all (neither on append nor on read); its index is built inline on "
         "append; no fsync (the open-source queue leaves it to the OS); no pretoucher running "
-        "(Chronicle offers one, off by default); a 4-byte header per "
+        "(the open-source jar's PretouchUtil gives an empty pretoucher factory); a 4-byte "
+        "header per "
         "excerpt, no topic/queue/timestamp fields; JIT warmed by an untimed pass in the same "
         "JVM; the tailer read copies each body into a reusable byte[] (one copy); no batch "
         "append API."
