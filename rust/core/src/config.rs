@@ -377,8 +377,9 @@ settings! {
     /// Pages between forces while warming a segment in SYNC_FLUSH (4096 pages = 16 MiB).
     flush_least_pages_when_warm_mapped_file: i64 = 1024 / 4 * 16,
         "flushLeastPagesWhenWarmMapedFile", int(1, I32_MAX);
-    /// Bytes of the commitlog segment being appended to that a service thread faults in ahead
-    /// of the write position (32 MiB; 0: none).
+    /// Most bytes of the commitlog segment being appended to that a service thread faults in
+    /// ahead of the write position (32 MiB; 0: none); 200 ms of appends at the measured rate,
+    /// at least 2 MiB.
     ///
     /// rmqstore's own setting: puts then find their pages mapped instead of having the kernel
     /// zero each new page on the producer's thread. Nothing is written ahead (RocketMQ's

@@ -41,12 +41,13 @@ impl MessageStore {
     }
 
     /// One round of the prefault service: waits up to `timeout` until the appender is within
-    /// half of `window` bytes of the commitlog pages faulted in ahead of it, then faults pages
-    /// in up to `window` bytes past its write position (see `commitlog/prefault.rs`). `window`
-    /// 0 only waits. It looks after 1 ms, then 2 ms, then every 4 ms (an idle store costs 250
-    /// looks a second; a producer appending 3 GB/s uses 12 MiB between two looks, less than
-    /// the half of the default window that is left when a round ends). The store is held open
-    /// only while looking and while faulting, so a close or truncation never waits for the wait.
+    /// half the distance ahead of the commitlog pages faulted in, then faults pages in up to
+    /// that distance past its write position: 200 ms of appends at the measured rate, at least
+    /// 2 MiB, at most `window` bytes (see `commitlog/prefault.rs`). `window` 0 only waits. It
+    /// looks after 1 ms, then 2 ms, then every 4 ms (an idle store costs 250 looks a second; a
+    /// producer appending 3 GB/s uses 12 MiB between two looks, less than the half of the
+    /// default window left when a round ends). The store is held open only while looking and
+    /// while faulting, so a close or truncation never waits for the wait.
     pub fn prefault_step(&self, window: i64, timeout: Duration) -> Result<PrefaultStep> {
         self.writable("the prefault service")?;
         let deadline = Instant::now() + timeout;
