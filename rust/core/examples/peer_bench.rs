@@ -133,7 +133,12 @@ fn single_round(dir: &Path, size: usize, n: usize) -> Vec<(String, f64)> {
     for (key, rows_a_call, body, columns) in [
         ("read_batch", 65_536, BodyLayout::View, ColumnMask::ALL),
         ("read_batch8k", 8_192, BodyLayout::View, ColumnMask::ALL),
-        ("read_batch_binary", 65_536, BodyLayout::Binary, ColumnMask::ALL),
+        (
+            "read_batch_binary",
+            65_536,
+            BodyLayout::Binary,
+            ColumnMask::ALL,
+        ),
         ("read_bodies", 65_536, BodyLayout::View, bodies),
         ("read_bodies8k", 8_192, BodyLayout::View, bodies),
     ] {
