@@ -47,6 +47,8 @@ def _read_range(
     store = _open_for_read(opts.path, opts.settings)
     topic, qid = part.topic, part.queue_id
     offset = part.start
+    # Only the schema's columns are built (and queue_offset, which the gap checks need).
+    columns = list(dict.fromkeys((*target.names, "queue_offset")))
     while offset < part.end:
         low = _readable_low(store, topic, qid, high=part.end)
         if offset < low:
@@ -60,6 +62,7 @@ def _read_range(
             include_properties=opts.include_properties,
             # Spark's BinaryType is Arrow binary: the bodies are copied once, here.
             body_type="binary",
+            columns=columns,
         )
         if batch.num_rows == 0:
             if _readable_low(store, topic, qid, high=part.end) > offset:

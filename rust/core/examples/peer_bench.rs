@@ -14,6 +14,9 @@
 //!   `binary_view` rows pointing into the mapped segments (the Python API's default);
 //! - `read_batch_binary_<size>`: the same at 65,536 rows a call with the bodies copied into a
 //!   `binary` column;
+//! - `read_bodies_<size>` / `read_bodies8k_<size>`: `read_columns` of the columns `queue_offset`
+//!   and `body` only (a consumer of the bytes, as Chronicle Queue's tailer reads them), at
+//!   65,536 and 8,192 rows a call, body CRCs checked, bodies as `binary_view` rows;
 //! - `get_message_<size>`: `get_message` of the whole queue, 32 messages a call (RocketMQ's pull
 //!   size), each message's body length summed;
 //! - `batch_put_<size>`: `put_messages` of batches of 1,000 bodies into another fresh store.
@@ -24,7 +27,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rmqstore_core::read::{BodyLayout, TagFilter};
+use rmqstore_core::read::{BodyLayout, Column, ColumnMask, ReadRequest, TagFilter};
 use rmqstore_core::{Batch, Message, MessageStore, StoreConfig};
 
 const TOPIC: &str = "PeerTopic";
@@ -124,18 +127,37 @@ fn single_round(dir: &Path, size: usize, n: usize) -> Vec<(String, f64)> {
         (format!("put_{size}"), rate(n, put)),
         (format!("dispatch_{size}"), rate(n, dispatch)),
     ];
-    for (key, rows_a_call, layout) in [
-        ("read_batch", 65_536, BodyLayout::View),
-        ("read_batch8k", 8_192, BodyLayout::View),
-        ("read_batch_binary", 65_536, BodyLayout::Binary),
+    let bodies = ColumnMask::NONE
+        .with(Column::QueueOffset)
+        .with(Column::Body);
+    for (key, rows_a_call, body, columns) in [
+        ("read_batch", 65_536, BodyLayout::View, ColumnMask::ALL),
+        ("read_batch8k", 8_192, BodyLayout::View, ColumnMask::ALL),
+        (
+            "read_batch_binary",
+            65_536,
+            BodyLayout::Binary,
+            ColumnMask::ALL,
+        ),
+        ("read_bodies", 65_536, BodyLayout::View, bodies),
+        ("read_bodies8k", 8_192, BodyLayout::View, bodies),
     ] {
+        let request = ReadRequest {
+            columns,
+            decompress: None,
+            body,
+        };
         let t = Instant::now();
         let (mut offset, mut rows) = (0i64, 0usize);
         while offset < n as i64 {
             let cols = store
-                .read_batch_as(TOPIC, 0, offset, rows_a_call, true, None, layout)
+                .read_columns(TOPIC, 0, offset, rows_a_call, &request)
                 .expect("read_batch");
             assert!(cols.rows > 0, "read_batch stopped at {offset}");
+            let views = cols.body_views.len() / 16;
+            let offsets = cols.body_offsets.len().saturating_sub(1);
+            assert_eq!(views.max(offsets), cols.rows, "a body a row");
+            assert_eq!(cols.queue_offset.first(), Some(&offset), "queue offsets");
             rows += cols.rows;
             offset = cols.next_offset;
         }

@@ -4,11 +4,13 @@
 //! from RocketMQ clients do), so no row repeats the previous row's properties. `RMQ_NO_CRC=1`
 //! turns the body CRC check off; `RMQ_BODY=1024` sets the body size (128 by default);
 //! `RMQ_ROWS` the rows a call (65,536); bodies are `binary_view` rows (the Python API's
-//! default) unless `RMQ_BINARY=1` asks for them copied into a `binary` column.
+//! default) unless `RMQ_BINARY=1` asks for them copied into a `binary` column. `RMQ_COLUMNS`
+//! (comma-separated names, e.g. `body,queue_offset`; empty for none) builds only those
+//! columns (every column by default).
 
 use std::time::{Duration, Instant};
 
-use rmqstore_core::read::BodyLayout;
+use rmqstore_core::read::{BodyLayout, ColumnMask, ReadRequest};
 use rmqstore_core::Batch;
 use rmqstore_core::{MessageStore, StoreConfig};
 
@@ -38,6 +40,18 @@ fn main() {
         BodyLayout::Binary
     } else {
         BodyLayout::View
+    };
+    let columns = match std::env::var("RMQ_COLUMNS") {
+        Ok(names) => {
+            let names: Vec<&str> = names.split(',').filter(|n| !n.is_empty()).collect();
+            ColumnMask::from_names(&names).expect("RMQ_COLUMNS")
+        }
+        Err(_) => ColumnMask::ALL,
+    };
+    let request = ReadRequest {
+        columns,
+        decompress: None,
+        body: layout,
     };
     let body = vec![7u8; size];
     let bodies: Vec<&[u8]> = vec![&body[..]; 1000];
@@ -74,7 +88,7 @@ fn main() {
         let mut offset = 0i64;
         while offset < n as i64 {
             let cols = store
-                .read_batch_as("ReadTopic", 0, offset, rows, true, None, layout)
+                .read_columns("ReadTopic", 0, offset, rows, &request)
                 .expect("read");
             offset = cols.next_offset;
         }
