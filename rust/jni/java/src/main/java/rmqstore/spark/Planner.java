@@ -121,7 +121,11 @@ final class Planner {
       }
       if (!unknown.isEmpty()) {
         throw ReadOptions.bad(
-            "topics names " + unknown + ", which the store does not have (it has " + present + ")");
+            "topics names "
+                + ReadOptions.names(unknown)
+                + ", which the store does not have (it has "
+                + ReadOptions.names(present)
+                + ")");
       }
       topics = new ArrayList<>(new TreeSet<>(opts.topics));
     } else if (opts.topicPattern != null) {

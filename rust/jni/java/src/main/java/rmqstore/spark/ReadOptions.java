@@ -91,6 +91,15 @@ final class ReadOptions implements Serializable {
     return SPELLING.getOrDefault(name, name);
   }
 
+  /** Names as Python shows a list of strings: ['a', 'b']. */
+  static String names(java.util.Collection<String> names) {
+    List<String> quoted = new ArrayList<>();
+    for (String n : names) {
+      quoted.add("'" + n + "'");
+    }
+    return "[" + String.join(", ", quoted) + "]";
+  }
+
   static String show(String text) {
     return show(text, 60);
   }
@@ -152,7 +161,7 @@ final class ReadOptions implements Serializable {
       }
     }
     if (given.size() > 1) {
-      throw bad("give at most one of topics, topicPattern, assign; got " + given);
+      throw bad("give at most one of topics, topicPattern, assign; got " + names(given));
     }
     if (options.containsKey("topics")) {
       List<String> list = new ArrayList<>();

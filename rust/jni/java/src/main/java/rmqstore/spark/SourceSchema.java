@@ -58,10 +58,10 @@ final class SourceSchema {
       }
     }
     if (!unknown.isEmpty()) {
-      throw ReadOptions.bad("columns " + unknown + " are not columns of the source");
+      throw ReadOptions.bad("columns " + ReadOptions.names(unknown) + " are not columns of the source");
     }
     if (!twice.isEmpty()) {
-      throw ReadOptions.bad("the schema has the columns " + twice + " more than once");
+      throw ReadOptions.bad("the schema has the columns " + ReadOptions.names(twice) + " more than once");
     }
     for (StructField f : schema.fields()) {
       String have = f.dataType().simpleString();
