@@ -97,14 +97,7 @@ fn fill(store: &MessageStore, topic: &str, n: usize) {
 
 /// The column a vector of [`BatchColumns::into_named`] belongs to.
 fn column_of(vector: &str) -> Column {
-    let column = Column::ALL
-        .into_iter()
-        .filter(|c| {
-            vector.starts_with(c.name())
-                || (vector.starts_with("props_") && *c == Column::Properties)
-        })
-        .max_by_key(|c| c.name().len());
-    column.unwrap_or_else(|| panic!("no column for vector {vector}"))
+    Column::of_vector(vector).unwrap_or_else(|| panic!("no column for vector {vector}"))
 }
 
 /// A batch's vectors (bytes) by name.

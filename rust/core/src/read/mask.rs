@@ -58,6 +58,36 @@ impl Column {
         Column::ALL.into_iter().find(|c| c.name() == name)
     }
 
+    /// The names of the column's vectors in [`BatchColumns::into_named`](super::BatchColumns::into_named).
+    pub const fn vectors(self) -> &'static [&'static str] {
+        match self {
+            Column::Topic => &["topic_offsets", "topic_data"],
+            Column::QueueId => &["queue_id"],
+            Column::QueueOffset => &["queue_offset"],
+            Column::CommitLogOffset => &["commit_log_offset"],
+            Column::StoreTimestamp => &["store_timestamp"],
+            Column::BornTimestamp => &["born_timestamp"],
+            Column::Tags => &["tags_valid", "tags_offsets", "tags_data"],
+            Column::Keys => &["keys_list_offsets", "keys_offsets", "keys_data"],
+            Column::Properties => &[
+                "props_map_offsets",
+                "props_key_offsets",
+                "props_key_data",
+                "props_value_offsets",
+                "props_value_data",
+            ],
+            Column::Body => &["body_offsets", "body_data", "body_views"],
+        }
+    }
+
+    /// The column a vector of [`BatchColumns::into_named`](super::BatchColumns::into_named)
+    /// belongs to.
+    pub fn of_vector(vector: &str) -> Option<Column> {
+        Column::ALL
+            .into_iter()
+            .find(|c| c.vectors().contains(&vector))
+    }
+
     const fn bit(self) -> u16 {
         1 << self as u16
     }
