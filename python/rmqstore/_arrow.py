@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["SCHEMA_FIELDS", "batch_from_buffers", "require_pyarrow", "schema"]
+__all__ = ["SCHEMA_FIELDS", "batch_from_buffers", "require_pyarrow", "resolve_columns", "schema"]
 
 #: Column names, in order.
 SCHEMA_FIELDS = (
@@ -39,29 +39,87 @@ def require_pyarrow() -> Any:
 BODY_TYPES = ("binary_view", "binary")
 
 
-def schema(include_properties: bool = True, body_type: str = "binary") -> pa.Schema:
+def resolve_columns(columns: Any, include_properties: bool) -> tuple[str, ...]:
+    """The column names a read gives, in order: ``columns`` checked (a sequence of known names,
+    each once), or every column (without ``properties`` unless ``include_properties``)."""
+    from .errors import ArgumentTypeError, InvalidArgumentError
+
+    if columns is None:
+        if include_properties:
+            return SCHEMA_FIELDS
+        return tuple(c for c in SCHEMA_FIELDS if c != "properties")
+    wanted = "None or a sequence of column names"
+    if isinstance(columns, (str, bytes)):
+        raise ArgumentTypeError(f"columns must be {wanted}, not {type(columns).__name__}")
+    try:
+        names = list(columns)
+    except TypeError:
+        raise ArgumentTypeError(f"columns must be {wanted}, not {type(columns).__name__}") from None
+    for name in names:
+        if not isinstance(name, str):
+            raise ArgumentTypeError(
+                f"columns must hold str column names, not {type(name).__name__} ({name!r})"
+            )
+    problems = []
+    unknown = [n for n in names if n not in SCHEMA_FIELDS]
+    if unknown:
+        problems.append(
+            f"unknown columns {', '.join(map(repr, unknown))} "
+            f"(the columns are {', '.join(SCHEMA_FIELDS)})"
+        )
+    twice = sorted({n for n in names if names.count(n) > 1}, key=names.index)
+    if twice:
+        problems.append(f"columns given more than once: {', '.join(map(repr, twice))}")
+    if "properties" in names and not include_properties:
+        problems.append("'properties' is asked for but include_properties is False")
+    if problems:
+        raise InvalidArgumentError("columns: " + "; ".join(problems))
+    return tuple(names)
+
+
+def _field(name: str, body_type: str) -> pa.Field:
     pa = require_pyarrow()
-    fields = [
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("queue_id", pa.int32(), nullable=False),
-        pa.field("queue_offset", pa.int64(), nullable=False),
-        pa.field("commit_log_offset", pa.int64(), nullable=False),
-        pa.field("store_timestamp", pa.timestamp("ms"), nullable=False),
-        pa.field("born_timestamp", pa.timestamp("ms"), nullable=False),
-        pa.field("tags", pa.string()),
-        pa.field("keys", pa.list_(pa.string()), nullable=False),
-    ]
-    if include_properties:
-        fields.append(pa.field("properties", pa.map_(pa.string(), pa.string()), nullable=False))
-    body = pa.binary_view() if body_type == "binary_view" else pa.binary()
-    fields.append(pa.field("body", body, nullable=False))
-    return pa.schema(fields)
+    types = {
+        "topic": (pa.string(), False),
+        "queue_id": (pa.int32(), False),
+        "queue_offset": (pa.int64(), False),
+        "commit_log_offset": (pa.int64(), False),
+        "store_timestamp": (pa.timestamp("ms"), False),
+        "born_timestamp": (pa.timestamp("ms"), False),
+        "tags": (pa.string(), True),
+        "keys": (pa.list_(pa.string()), False),
+        "properties": (pa.map_(pa.string(), pa.string()), False),
+        "body": (pa.binary_view() if body_type == "binary_view" else pa.binary(), False),
+    }
+    typ, nullable = types[name]
+    return pa.field(name, typ, nullable=nullable)
+
+
+def schema(
+    include_properties: bool = True,
+    body_type: str = "binary",
+    columns: tuple[str, ...] | None = None,
+) -> pa.Schema:
+    """The schema of a read of ``columns`` (every column when None, see
+    :func:`resolve_columns`)."""
+    pa = require_pyarrow()
+    if columns is None:
+        columns = resolve_columns(None, include_properties)
+    return pa.schema([_field(c, body_type) for c in columns])
 
 
 def batch_from_buffers(
-    rows: int, buffers: dict[str, Any], include_properties: bool = True, body_type: str = "binary"
+    rows: int,
+    buffers: dict[str, Any],
+    include_properties: bool = True,
+    body_type: str = "binary",
+    columns: tuple[str, ...] | None = None,
 ) -> pa.RecordBatch:
+    """The RecordBatch of ``columns`` (in that order; every column when None) from the vectors
+    the core built for them. No columns: a batch of ``rows`` rows and no column."""
     pa = require_pyarrow()
+    if columns is None:
+        columns = resolve_columns(None, include_properties)
     segments = [pa.py_buffer(buf) for buf in buffers.pop("body_buffers", ())]
     b = {name: pa.py_buffer(buf) for name, buf in buffers.items()}
 
@@ -71,37 +129,47 @@ def batch_from_buffers(
     def fixed(typ: Any, name: str) -> Any:
         return pa.Array.from_buffers(typ, rows, [None, b[name]])
 
-    n_keys = len(buffers["keys_offsets"]) // 4 - 1
-    keys = pa.ListArray.from_arrays(
-        pa.Array.from_buffers(pa.int32(), rows + 1, [None, b["keys_list_offsets"]]),
-        strings("keys_offsets", "keys_data", n_keys),
-    )
-    columns = [
-        strings("topic_offsets", "topic_data", rows),
-        fixed(pa.int32(), "queue_id"),
-        fixed(pa.int64(), "queue_offset"),
-        fixed(pa.int64(), "commit_log_offset"),
-        fixed(pa.timestamp("ms"), "store_timestamp"),
-        fixed(pa.timestamp("ms"), "born_timestamp"),
-        strings("tags_offsets", "tags_data", rows, b["tags_valid"] if rows else None),
-        keys,
-    ]
-    if include_properties:
+    def keys() -> Any:
+        n_keys = len(buffers["keys_offsets"]) // 4 - 1
+        return pa.ListArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), rows + 1, [None, b["keys_list_offsets"]]),
+            strings("keys_offsets", "keys_data", n_keys),
+        )
+
+    def properties() -> Any:
         n_props = len(buffers["props_key_offsets"]) // 4 - 1
-        columns.append(
-            pa.MapArray.from_arrays(
-                pa.Array.from_buffers(pa.int32(), rows + 1, [None, b["props_map_offsets"]]),
-                strings("props_key_offsets", "props_key_data", n_props),
-                strings("props_value_offsets", "props_value_data", n_props),
+        return pa.MapArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), rows + 1, [None, b["props_map_offsets"]]),
+            strings("props_key_offsets", "props_key_data", n_props),
+            strings("props_value_offsets", "props_value_data", n_props),
+        )
+
+    def body() -> Any:
+        if body_type == "binary_view":
+            # Arrow's view layout: the views, then the data buffers they index (the mapped
+            # segment ranges, then the decompressed bodies).
+            return pa.Array.from_buffers(
+                pa.binary_view(), rows, [None, b["body_views"], *segments, b["body_data"]]
             )
-        )
-    if body_type == "binary_view":
-        # Arrow's view layout: the views, then the data buffers they index (the mapped segment
-        # ranges, then the decompressed bodies).
-        body = pa.Array.from_buffers(
-            pa.binary_view(), rows, [None, b["body_views"], *segments, b["body_data"]]
-        )
-    else:
-        body = pa.Array.from_buffers(pa.binary(), rows, [None, b["body_offsets"], b["body_data"]])
-    columns.append(body)
-    return pa.RecordBatch.from_arrays(columns, schema=schema(include_properties, body_type))
+        return pa.Array.from_buffers(pa.binary(), rows, [None, b["body_offsets"], b["body_data"]])
+
+    build = {
+        "topic": lambda: strings("topic_offsets", "topic_data", rows),
+        "queue_id": lambda: fixed(pa.int32(), "queue_id"),
+        "queue_offset": lambda: fixed(pa.int64(), "queue_offset"),
+        "commit_log_offset": lambda: fixed(pa.int64(), "commit_log_offset"),
+        "store_timestamp": lambda: fixed(pa.timestamp("ms"), "store_timestamp"),
+        "born_timestamp": lambda: fixed(pa.timestamp("ms"), "born_timestamp"),
+        "tags": lambda: strings(
+            "tags_offsets", "tags_data", rows, b["tags_valid"] if rows else None
+        ),
+        "keys": keys,
+        "properties": properties,
+        "body": body,
+    }
+    if not columns:
+        # Arrow allows a batch with rows and no column: a struct array of no field has a length.
+        empty = pa.StructArray.from_buffers(pa.struct([]), rows, [None], children=[])
+        return pa.RecordBatch.from_struct_array(empty)
+    arrays = [build[c]() for c in columns]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema(body_type=body_type, columns=columns))

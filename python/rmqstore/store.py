@@ -8,7 +8,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -550,10 +550,21 @@ class MessageStore(TransactionsMixin, CleaningMixin, TopicDeletionMixin):
         include_properties: bool = True,
         decompress: bool | None = None,
         body_type: Literal["binary_view", "binary"] = "binary_view",
+        columns: Sequence[str] | None = None,
     ) -> pa.RecordBatch:
         """Up to ``max_msgs`` messages of a queue from ``offset`` as a ``pyarrow.RecordBatch``
         (topic, queue_id, queue_offset, commit_log_offset, store_timestamp, born_timestamp,
         tags, keys, properties, body), built in Rust without a Python object per message.
+
+        ``columns`` (a sequence of those names) gives exactly those columns, in that order;
+        the others are not built at all (no property is parsed unless tags, keys or properties
+        is asked for; no body is decompressed unless body is). Unknown names, names given
+        twice and ``"properties"`` with ``include_properties=False`` raise
+        :class:`~rmqstore.errors.InvalidArgumentError` naming them; a str or a non-str name
+        raises :class:`~rmqstore.errors.ArgumentTypeError`. ``columns=[]`` gives a batch of no
+        column whose ``num_rows`` is the number of messages read (a count). Every record read is
+        checked (its body CRC too) whatever the columns. ``None`` (the default): every column,
+        ``properties`` only with ``include_properties``.
 
         The read crosses consume queue segments; the next offset to read is the last row's
         ``queue_offset + 1`` (or ``offset`` when the batch is empty).
@@ -580,12 +591,13 @@ class MessageStore(TransactionsMixin, CleaningMixin, TopicDeletionMixin):
         pool of this process (at most 64 MiB) that the next reads take their vectors from, so a
         read loop does not fault fresh pages in for every batch.
         """
-        from ._arrow import BODY_TYPES, batch_from_buffers
+        from ._arrow import BODY_TYPES, batch_from_buffers, resolve_columns
 
         if body_type not in BODY_TYPES:
             raise InvalidArgumentError(
                 f"body_type must be one of {', '.join(map(repr, BODY_TYPES))}, got {body_type!r}"
             )
+        names = resolve_columns(columns, include_properties)
         read = self._core.read_batch_buffers(
             topic,
             queue_id,
@@ -594,8 +606,9 @@ class MessageStore(TransactionsMixin, CleaningMixin, TopicDeletionMixin):
             include_properties,
             decompress,
             body_type == "binary_view",
+            None if columns is None else names,
         )
-        return batch_from_buffers(read.rows, read.columns, include_properties, body_type)
+        return batch_from_buffers(read.rows, read.columns, include_properties, body_type, names)
 
     def topics(self) -> list[str]:
         """Topics that have messages dispatched."""

@@ -173,3 +173,25 @@ named!(
     uniq_key: text -> PyBackedStr,
     deliver_time_ms: int? -> i64,
 );
+
+/// `columns` of `read_batch_buffers`: None (every column) or an iterable of column names (not
+/// one str), each known and given once (`rmqstore_core::read::ColumnMask::from_names`).
+pub fn columns(obj: &Bound<'_, PyAny>) -> PyResult<Option<rmqstore_core::read::ColumnMask>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    let wanted = "None or a sequence of column names";
+    if obj.is_instance_of::<PyString>() {
+        return Err(type_error("columns", wanted, obj));
+    }
+    let iter = obj
+        .try_iter()
+        .map_err(|_| type_error("columns", wanted, obj))?;
+    let mut names = Vec::new();
+    for item in iter {
+        names.push(text(&item?, "columns")?);
+    }
+    rmqstore_core::read::ColumnMask::from_names(&names)
+        .map(Some)
+        .map_err(|e| invalid(obj.py(), "columns", e))
+}

@@ -11,7 +11,7 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use rmqstore_core::format::HostAddr;
 use rmqstore_core::now_millis;
-use rmqstore_core::read::{BodyLayout, TagFilter, TimeBoundary};
+use rmqstore_core::read::{BodyLayout, Column, ColumnMask, ReadRequest, TagFilter, TimeBoundary};
 use rmqstore_core::Batch;
 use rmqstore_core::MessageStore;
 
@@ -562,7 +562,8 @@ impl Store {
     /// With `body_view`, the bodies are `binary_view` rows: `body_views` and `body_data`
     /// (decompressed bodies) in `columns`, and `body_buffers`, the mapped segment ranges the
     /// views point into (`SegmentBuffer`s, buffer indexes 0 to n-1; `body_data` is buffer n).
-    #[pyo3(signature = (topic, queue_id, offset, max_msgs, include_properties=true, decompress=None, body_view=false))]
+    /// With `columns` (names), only those columns are built and only their vectors given.
+    #[pyo3(signature = (topic, queue_id, offset, max_msgs, include_properties=true, decompress=None, body_view=false, columns=None))]
     #[allow(clippy::too_many_arguments)]
     fn read_batch_buffers(
         &self,
@@ -574,23 +575,25 @@ impl Store {
         #[pyo3(from_py_with = args::include_properties)] include_properties: bool,
         #[pyo3(from_py_with = args::decompress)] decompress: Option<bool>,
         #[pyo3(from_py_with = args::body_view)] body_view: bool,
+        #[pyo3(from_py_with = args::columns)] columns: Option<ColumnMask>,
     ) -> PyResult<ReadBatchBuffers> {
         let topic: &str = &topic;
-        let layout = if body_view {
+        let mut mask = columns.unwrap_or(ColumnMask::ALL);
+        if !include_properties {
+            mask = mask.without(Column::Properties);
+        }
+        let body = if body_view {
             BodyLayout::View
         } else {
             BodyLayout::Binary
         };
+        let request = ReadRequest {
+            columns: mask,
+            decompress,
+            body,
+        };
         let mut cols = self.run(py, |s| {
-            s.read_batch_as(
-                topic,
-                queue_id,
-                offset,
-                max_msgs,
-                include_properties,
-                decompress,
-                layout,
-            )
+            s.read_columns(topic, queue_id, offset, max_msgs, &request)
         })?;
         let (rows, next) = (cols.rows, cols.next_offset);
         let segments = std::mem::take(&mut cols.body_buffers)
@@ -600,7 +603,11 @@ impl Store {
         let d = PyDict::new(py);
         d.set_item("body_buffers", segments)?;
         for (name, column) in cols.into_named() {
-            d.set_item(name, Py::new(py, ColumnBuffer::new(column))?)?;
+            if Column::of_vector(name).is_some_and(|c| mask.contains(c)) {
+                d.set_item(name, Py::new(py, ColumnBuffer::new(column))?)?;
+            } else {
+                column.recycle();
+            }
         }
         Ok(ReadBatchBuffers {
             rows,

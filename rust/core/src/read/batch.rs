@@ -9,6 +9,7 @@ use crate::queue::consume_queue::ConsumeQueue;
 use crate::file::segment_view::SegmentView;
 
 use super::columns::{BatchColumns, BodyAt, PropsSplit};
+use super::mask::{Column, ColumnMask};
 
 /// Most bytes of bodies (and of any other variable column) one bulk read returns, so that the
 /// i32 offsets of the Arrow columns cannot overflow.
@@ -20,8 +21,8 @@ pub const PARALLEL_READ_UNITS: usize = 16 * 1024;
 /// What a bulk read builds and checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ReadOptions {
-    /// Build the `properties` column (the other columns are always built).
-    pub include_properties: bool,
+    /// The columns built (the others' vectors stay empty).
+    pub columns: ColumnMask,
     /// Verify each record's body CRC.
     pub check_crc: bool,
     /// Give compressed bodies back decompressed.
@@ -137,14 +138,20 @@ fn read_range(
     let room = room.max(n);
     // Size the body column from the record sizes in the queue so it never regrows (views need
     // no room for bodies: they are not copied).
+    let bodies = opts.columns.contains(Column::Body);
     let mut bytes = 0usize;
-    if room > 0 && !opts.body_view {
+    if room > 0 && bodies && !opts.body_view {
         cq.scan(start, start + room as i64, |u| {
             bytes += u.size.max(0) as usize;
             true
         });
     }
-    let mut cols = BatchColumns::with_room(room, bytes.min(READ_BATCH_MAX_BYTES), opts.body_view);
+    let mut cols = BatchColumns::with_mask(
+        room,
+        bytes.min(READ_BATCH_MAX_BYTES),
+        opts.body_view,
+        opts.columns,
+    );
     let mut next = start;
     let mut file: Option<std::sync::Arc<crate::file::mapped_file::MappedFile>> = None;
     // The read-only mapping of `file` that `binary_view` bodies point into.
@@ -201,7 +208,7 @@ fn read_range(
             )));
             return false;
         }
-        let body_at = if opts.body_view {
+        let body_at = if opts.body_view && bodies {
             if view.is_none() {
                 match f.view() {
                     Ok(v) => view = Some(v),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::file::segment_view::SegmentView;
 
 use super::batch::ReadOptions;
+use super::mask::{Column, ColumnMask};
 use super::vec_pool;
 
 /// Columns of a bulk read, laid out as Arrow buffers (little-endian values and i32 offsets, as
@@ -17,6 +18,8 @@ use super::vec_pool;
 #[derive(Debug, Default, Clone)]
 pub struct BatchColumns {
     pub rows: usize,
+    /// The columns built; the vectors of the others are empty.
+    pub columns: ColumnMask,
     /// Queue offset after the last unit read (where the next read starts).
     pub next_offset: i64,
     pub topic_offsets: Vec<i32>,
@@ -211,15 +214,19 @@ fn extend_small(data: &mut Vec<u8>, s: &[u8]) {
 }
 
 impl BatchColumns {
-    /// No rows.
-    pub(crate) fn empty() -> BatchColumns {
-        BatchColumns::with_capacity(0, 0)
+    /// No rows, of the columns of `mask` (a `binary` body column when asked).
+    pub(crate) fn empty_of(mask: ColumnMask) -> BatchColumns {
+        BatchColumns::with_mask(0, 0, false, mask)
     }
 
     /// Appends the rows of `other` (read right after these). The bodies, most of the bytes,
     /// are copied by a second thread while this one copies the other columns (on this thread
     /// too when no thread can be started).
     pub(super) fn append(&mut self, other: &BatchColumns) {
+        if !self.columns.contains(Column::Body) {
+            self.append_except_bodies(other);
+            return;
+        }
         if !other.body_views.is_empty() || !other.body_buffers.is_empty() {
             self.append_views(other);
             self.append_except_bodies(other);
@@ -346,7 +353,7 @@ impl BatchColumns {
 
     /// [`BatchColumns::append`] of every column but the bodies.
     fn append_except_bodies(&mut self, other: &BatchColumns) {
-        for r in 0..other.rows {
+        for r in 0..other.rows * usize::from(self.columns.contains(Column::Tags)) {
             let row = self.rows + r;
             if row.is_multiple_of(8) {
                 self.tags_valid.push(0);
@@ -380,53 +387,103 @@ impl BatchColumns {
     }
 
     /// Room for `n` rows and `body_bytes` of bodies, in vectors from the pool of dropped
-    /// batches ([`crate::read::vec_pool`]) where it has them.
-    pub(super) fn with_capacity(n: usize, body_bytes: usize) -> BatchColumns {
-        BatchColumns::with_room(n, body_bytes, false)
-    }
-
-    /// As [`BatchColumns::with_capacity`]; with `views`, the bodies are `binary_view` rows
+    /// batches ([`crate::read::vec_pool`]) where it has them, for the columns of `mask` only
+    /// (the others get no vector); with `views`, the bodies are `binary_view` rows
     /// (`body_bytes` is then the room for decompressed bodies).
-    pub(super) fn with_room(n: usize, body_bytes: usize, views: bool) -> BatchColumns {
-        let mut c = vec_pool::with_pool(|p| BatchColumns {
-            topic_offsets: p.take(n + 1),
-            topic_data: p.take(n * 16),
-            queue_id: p.take(n),
-            queue_offset: p.take(n),
-            commit_log_offset: p.take(n),
-            store_timestamp: p.take(n),
-            born_timestamp: p.take(n),
-            tags_valid: p.take(n / 8 + 1),
-            tags_offsets: p.take(n + 1),
-            tags_data: p.take(n * 8),
-            keys_list_offsets: p.take(n + 1),
-            keys_offsets: p.take(n * 2 + 1),
-            keys_data: p.take(n * 16),
-            props_map_offsets: p.take(n + 1),
+    pub(super) fn with_mask(
+        n: usize,
+        body_bytes: usize,
+        views: bool,
+        mask: ColumnMask,
+    ) -> BatchColumns {
+        use Column::*;
+        let mut c = vec_pool::with_pool(|p| {
+            // A vector of `len` elements when `column` is built, else none.
+            let mut take_u8 = |column: Column, len: usize| -> Vec<u8> {
+                if mask.contains(column) {
+                    p.take(len)
+                } else {
+                    Vec::new()
+                }
+            };
+            let (topic_data, tags_valid, tags_data, keys_data) = (
+                take_u8(Topic, n * 16),
+                take_u8(Tags, n / 8 + 1),
+                take_u8(Tags, n * 8),
+                take_u8(Keys, n * 16),
+            );
+            let (props_key_data, props_value_data) =
+                (take_u8(Properties, n * 8), take_u8(Properties, n * 16));
+            let body_data = take_u8(Body, body_bytes);
+            let body_views = take_u8(Body, if views { n * 16 } else { 0 });
+            let mut take_i32 = |column: Column, len: usize| -> Vec<i32> {
+                if mask.contains(column) {
+                    p.take(len)
+                } else {
+                    Vec::new()
+                }
+            };
+            let (topic_offsets, queue_id) = (take_i32(Topic, n + 1), take_i32(QueueId, n));
+            let tags_offsets = take_i32(Tags, n + 1);
+            let (keys_list_offsets, keys_offsets) =
+                (take_i32(Keys, n + 1), take_i32(Keys, n * 2 + 1));
             // Room for two properties a row (tags and keys, the usual ones) without regrowing.
-            props_key_offsets: p.take(n * 2 + 1),
-            props_key_data: p.take(n * 8),
-            props_value_offsets: p.take(n * 2 + 1),
-            props_value_data: p.take(n * 16),
-            body_offsets: p.take(if views { 1 } else { n + 1 }),
-            body_data: p.take(body_bytes),
-            body_views: if views { p.take(n * 16) } else { Vec::new() },
-            body_buffers: Vec::new(),
-            owned_views: 0,
-            rows: 0,
-            next_offset: 0,
+            let (props_map_offsets, props_key_offsets, props_value_offsets) = (
+                take_i32(Properties, n + 1),
+                take_i32(Properties, n * 2 + 1),
+                take_i32(Properties, n * 2 + 1),
+            );
+            let body_offsets = take_i32(Body, if views { 1 } else { n + 1 });
+            let mut take_i64 = |column: Column| -> Vec<i64> {
+                if mask.contains(column) {
+                    p.take(n)
+                } else {
+                    Vec::new()
+                }
+            };
+            BatchColumns {
+                topic_offsets,
+                topic_data,
+                queue_id,
+                queue_offset: take_i64(QueueOffset),
+                commit_log_offset: take_i64(CommitLogOffset),
+                store_timestamp: take_i64(StoreTimestamp),
+                born_timestamp: take_i64(BornTimestamp),
+                tags_valid,
+                tags_offsets,
+                tags_data,
+                keys_list_offsets,
+                keys_offsets,
+                keys_data,
+                props_map_offsets,
+                props_key_offsets,
+                props_key_data,
+                props_value_offsets,
+                props_value_data,
+                body_offsets,
+                body_data,
+                body_views,
+                body_buffers: Vec::new(),
+                owned_views: 0,
+                rows: 0,
+                columns: mask,
+                next_offset: 0,
+            }
         });
-        for v in [
-            &mut c.topic_offsets,
-            &mut c.tags_offsets,
-            &mut c.keys_list_offsets,
-            &mut c.keys_offsets,
-            &mut c.props_map_offsets,
-            &mut c.props_key_offsets,
-            &mut c.props_value_offsets,
-            &mut c.body_offsets,
-        ] {
-            v.push(0);
+        let offsets = [
+            (Topic, &mut c.topic_offsets),
+            (Tags, &mut c.tags_offsets),
+            (Keys, &mut c.keys_list_offsets),
+            (Keys, &mut c.keys_offsets),
+            (Properties, &mut c.props_map_offsets),
+            (Properties, &mut c.props_key_offsets),
+            (Properties, &mut c.props_value_offsets),
+            (Body, &mut c.body_offsets),
+        ];
+        for (column, v) in offsets {
+            if mask.contains(column) {
+                v.push(0);
+            }
         }
         c
     }
@@ -484,7 +541,45 @@ impl BatchColumns {
         split: &mut PropsSplit,
         body_at: Option<BodyAt<'_>>,
     ) -> Result<(), DecompressError> {
+        let m = opts.columns;
         // The body first: it is the only part that can fail.
+        if m.contains(Column::Body) {
+            self.push_body(d, opts, body_at)?;
+        }
+        let row = self.rows;
+        if m.contains(Column::Topic) {
+            push_str(&mut self.topic_offsets, &mut self.topic_data, d.topic);
+        }
+        if m.contains(Column::QueueId) {
+            self.queue_id.push(queue_id);
+        }
+        if m.contains(Column::QueueOffset) {
+            self.queue_offset.push(d.queue_offset);
+        }
+        if m.contains(Column::CommitLogOffset) {
+            self.commit_log_offset.push(phy_offset);
+        }
+        if m.contains(Column::StoreTimestamp) {
+            self.store_timestamp.push(d.store_timestamp);
+        }
+        if m.contains(Column::BornTimestamp) {
+            self.born_timestamp.push(d.born_timestamp);
+        }
+        if m.needs_properties() {
+            self.push_properties(d.properties, m, split, row);
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// The body of `d` (see [`BatchColumns::push`]).
+    #[inline(always)]
+    fn push_body(
+        &mut self,
+        d: &RecordView<'_>,
+        opts: ReadOptions,
+        body_at: Option<BodyAt<'_>>,
+    ) -> Result<(), DecompressError> {
         let compressed = opts.decompress && d.sys_flag & sysflag::COMPRESSED != 0;
         match body_at {
             Some(at) if !compressed => self.push_body_view(d.body, &at, opts.view_buffer_max),
@@ -506,18 +601,18 @@ impl BatchColumns {
             }
             None => push_str(&mut self.body_offsets, &mut self.body_data, d.body),
         }
-        let include_properties = opts.include_properties;
-        let row = self.rows;
-        push_str(&mut self.topic_offsets, &mut self.topic_data, d.topic);
-        self.queue_id.push(queue_id);
-        self.queue_offset.push(d.queue_offset);
-        self.commit_log_offset.push(phy_offset);
-        self.store_timestamp.push(d.store_timestamp);
-        self.born_timestamp.push(d.born_timestamp);
-        if row.is_multiple_of(8) {
+        Ok(())
+    }
+
+    /// The `tags`, `keys` and `properties` of row `row` (those of `m`) from the record's
+    /// properties `props`, parsed once or taken from the split of the last record's.
+    #[inline(always)]
+    fn push_properties(&mut self, props: &[u8], m: ColumnMask, split: &mut PropsSplit, row: usize) {
+        let (want_tags, want_keys) = (m.contains(Column::Tags), m.contains(Column::Keys));
+        let include_properties = m.contains(Column::Properties);
+        if want_tags && row.is_multiple_of(8) {
             self.tags_valid.push(0);
         }
-        let props = d.properties;
         let at = |(start, end): Span| &props[start as usize..end as usize];
         let (pk_offsets, pk_data) = (&mut self.props_key_offsets, &mut self.props_key_data);
         let (pv_offsets, pv_data) = (&mut self.props_value_offsets, &mut self.props_value_data);
@@ -530,8 +625,10 @@ impl BatchColumns {
                 }
             }
             tags = split.tags.map(at);
-            for &k in &split.keys {
-                push_str(&mut self.keys_offsets, &mut self.keys_data, at(k));
+            if want_keys {
+                for &k in &split.keys {
+                    push_str(&mut self.keys_offsets, &mut self.keys_data, at(k));
+                }
             }
         } else {
             let record = split.begin(props);
@@ -568,7 +665,9 @@ impl BatchColumns {
             tags = tags_span.map(at);
             if let Some(k) = keys_span.map(at) {
                 for key in k.split(|&b| b == b' ').filter(|k| !k.is_empty()) {
-                    push_str(&mut self.keys_offsets, &mut self.keys_data, key);
+                    if want_keys {
+                        push_str(&mut self.keys_offsets, &mut self.keys_data, key);
+                    }
                     split.keys.push(span(key));
                 }
             }
@@ -580,20 +679,20 @@ impl BatchColumns {
         if include_properties {
             self.props_map_offsets
                 .push((self.props_key_offsets.len() - 1) as i32);
-        } else {
-            self.props_map_offsets.push(0);
         }
-        match tags {
-            Some(t) => {
-                self.tags_valid[row / 8] |= 1 << (row % 8);
-                push_str(&mut self.tags_offsets, &mut self.tags_data, t);
+        if want_tags {
+            match tags {
+                Some(t) => {
+                    self.tags_valid[row / 8] |= 1 << (row % 8);
+                    push_str(&mut self.tags_offsets, &mut self.tags_data, t);
+                }
+                None => self.tags_offsets.push(self.tags_data.len() as i32),
             }
-            None => self.tags_offsets.push(self.tags_data.len() as i32),
         }
-        let keys_count = self.keys_offsets.len() - 1;
-        self.keys_list_offsets.push(keys_count as i32);
-        self.rows += 1;
-        Ok(())
+        if want_keys {
+            let keys_count = self.keys_offsets.len() - 1;
+            self.keys_list_offsets.push(keys_count as i32);
+        }
     }
 }
 
@@ -679,7 +778,7 @@ mod tests {
         let content: Vec<u8> = (0..8192u32).map(|i| (i % 253) as u8).collect();
         f.write_all(&content).unwrap();
         let view = SegmentView::open(&f, &path, 8192).unwrap();
-        let mut c = BatchColumns::with_room(8, 0, true);
+        let mut c = BatchColumns::with_mask(8, 0, true, ColumnMask::ALL);
         // (offset, length): with a 100-byte limit, buffers [0, 90), [100, 190), [300, 340),
         // then a body before the last buffer's start opens another, and a short one is inline.
         let rows = [

@@ -6,6 +6,7 @@
 //! - `by_time.rs`: `getOffsetInQueueByTime`.
 //! - `batch.rs`: `read_batch`, a bulk read of one queue (on two threads when large).
 //! - `columns.rs`: the Arrow column vectors a bulk read fills ([`BatchColumns`]).
+//! - `mask.rs`: which columns a bulk read builds ([`ColumnMask`], [`ReadRequest`]).
 //! - `vec_pool.rs`: the column vectors of dropped batches, kept for the next reads.
 
 mod batch;
@@ -13,6 +14,7 @@ mod by_time;
 mod columns;
 mod filter;
 mod get_message;
+mod mask;
 pub(crate) mod vec_pool;
 
 pub use crate::file::segment_view::SegmentView;
@@ -21,6 +23,7 @@ pub use by_time::TimeBoundary;
 pub use columns::{BatchColumns, BodyBuffer, ColumnVec};
 pub use filter::TagFilter;
 pub use get_message::{GetMessageResult, GetMessageStatus};
+pub use mask::{Column, ColumnMask, ReadRequest};
 
 pub(crate) use batch::{read_batch, ReadOptions};
 pub(crate) use columns::VIEW_BUFFER_MAX;

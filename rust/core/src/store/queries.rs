@@ -263,18 +263,46 @@ impl MessageStore {
         decompress: Option<bool>,
         layout: crate::read::BodyLayout,
     ) -> Result<crate::read::BatchColumns> {
+        let mut columns = crate::read::ColumnMask::ALL;
+        if !include_properties {
+            columns = columns.without(crate::read::Column::Properties);
+        }
+        let request = crate::read::ReadRequest {
+            columns,
+            decompress,
+            body: layout,
+        };
+        self.read_columns(topic, queue_id, offset, max_msgs, &request)
+    }
+
+    /// Bulk read of a queue from `offset`, up to `max_msgs` messages, of the columns of
+    /// `request` only (see [`crate::read::ColumnMask`]): the columns left out are not built,
+    /// and their vectors in the returned batch are empty. Every record read is checked as by
+    /// [`MessageStore::read_batch`] (matched to its consume queue unit, its body CRC verified
+    /// with `check_crc_on_read`) whatever the mask; `rows` and `next_offset` are set even with
+    /// no column.
+    pub fn read_columns(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_msgs: usize,
+        request: &crate::read::ReadRequest,
+    ) -> Result<crate::read::BatchColumns> {
         self.with_open(|o| {
             let opts = crate::read::ReadOptions {
-                include_properties,
+                columns: request.columns,
                 check_crc: o.commitlog.checks_crc_on_read(),
-                decompress: decompress.unwrap_or_else(|| o.commitlog.decompresses_on_read()),
-                body_view: layout == crate::read::BodyLayout::View,
+                decompress: request
+                    .decompress
+                    .unwrap_or_else(|| o.commitlog.decompresses_on_read()),
+                body_view: request.body == crate::read::BodyLayout::View,
                 view_buffer_max: crate::read::VIEW_BUFFER_MAX,
             };
             match self.readable_queue(o, topic, queue_id)? {
                 Some(cq) => crate::read::read_batch(&o.commitlog, &cq, offset, max_msgs, opts),
                 None => {
-                    let mut empty = crate::read::BatchColumns::empty();
+                    let mut empty = crate::read::BatchColumns::empty_of(request.columns);
                     empty.next_offset = offset.max(0);
                     Ok(empty)
                 }
