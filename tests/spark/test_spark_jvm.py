@@ -166,6 +166,32 @@ def test_column_pruning_shows_in_the_plan(spark: Any, native: Any, jvm_store: Pa
     assert "ReadSchema: struct<queue_id:int>" in plan, plan
 
 
+def test_conditions_on_topic_and_queue_id_select_queues(
+    spark: Any, native: Any, jvm_store: Path
+) -> None:
+    """Conditions on topic and queue_id are taken over by the scan (only the queues they leave
+    are read); every query plans its own scan, so the same DataFrame with and without them
+    gets each its own answer."""
+    df = _load(spark, jvm_store)
+    everything = stored_rows(jvm_store)
+    only_b = df.where("topic = 'TopicB'")
+    plan = _plan(only_b)
+    assert "PushedFilters: [EqualTo(topic,TopicB)]" in plan, plan
+    assert spark_rows(only_b) == [r for r in everything if r[0] == "TopicB"]
+    assert df.count() == 190  # the same DataFrame, no condition
+    some = df.where("queue_id IN (0, 2) AND topic = 'TopicA' AND tags = 'TagA'")
+    want = [r for r in everything if r[0] == "TopicA" and r[1] in (0, 2) and r[6] == "TagA"]
+    assert spark_rows(some) == want
+    assert len(want) > 0
+    assert spark_rows(df.where("topic <=> 'Nope'")) == []
+    assert spark_rows(df.where("queue_id = 1 OR topic = 'TopicB'")) == [
+        r for r in everything if r[1] == 1 or r[0] == "TopicB"
+    ]
+    one_task_a_queue = _load(spark, jvm_store, rowsPerPartition="1")
+    assert one_task_a_queue.where("topic = 'TopicA'").rdd.getNumPartitions() == 3
+    assert df.count() == 190
+
+
 def test_bad_options_fail_at_planning(spark: Any, native: Any, jvm_store: Path) -> None:
     with pytest.raises(Exception, match="rmqstore data source: topics names \\['Nope'\\]"):
         _load(spark, jvm_store, topics="Nope").collect()

@@ -17,7 +17,7 @@ use arrow_data::ffi::FFI_ArrowArray;
 use arrow_data::ArrayData;
 use arrow_schema::ffi::FFI_ArrowSchema;
 use arrow_schema::{DataType, Field, Fields, TimeUnit};
-use rmqstore_core::read::{BatchColumns, BodyBuffer, ColumnVec};
+use rmqstore_core::read::{BatchColumns, BodyBuffer, Column, ColumnMask, ColumnVec};
 
 /// Columns a read can export, as bits of the column mask the JVM passes (the Java class
 /// `rmqstore.jni.Columns` has the same values). `topic` and `queue_id` are constants of a
@@ -31,6 +31,29 @@ pub const KEYS: i32 = 1 << 5;
 pub const PROPERTIES: i32 = 1 << 6;
 pub const BODY: i32 = 1 << 7;
 pub const ALL: i32 = (1 << 8) - 1;
+
+/// The core's column of each bit, in bit order.
+const COLUMNS: [(i32, Column); 8] = [
+    (QUEUE_OFFSET, Column::QueueOffset),
+    (COMMIT_LOG_OFFSET, Column::CommitLogOffset),
+    (STORE_TIMESTAMP, Column::StoreTimestamp),
+    (BORN_TIMESTAMP, Column::BornTimestamp),
+    (TAGS, Column::Tags),
+    (KEYS, Column::Keys),
+    (PROPERTIES, Column::Properties),
+    (BODY, Column::Body),
+];
+
+/// The columns the core builds for an export of `mask`: those, and the queue offsets (the
+/// reader checks the offsets a read returned against the ones it asked for).
+pub fn core_mask(mask: i32) -> ColumnMask {
+    COLUMNS
+        .iter()
+        .filter(|(bit, _)| mask & bit != 0)
+        .fold(ColumnMask::NONE.with(Column::QueueOffset), |m, (_, c)| {
+            m.with(*c)
+        })
+}
 
 static LIVE_BUFFERS: AtomicI64 = AtomicI64::new(0);
 static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);

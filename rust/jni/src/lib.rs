@@ -18,7 +18,7 @@ use arrow_schema::ffi::FFI_ArrowSchema;
 use jni::objects::{JClass, JLongArray, JObject, JObjectArray, JString};
 use jni::sys::{jboolean, jint, jintArray, jlong, jlongArray, jobject, jobjectArray, JNI_TRUE};
 use jni::JNIEnv;
-use rmqstore_core::read::{BodyLayout, TimeBoundary};
+use rmqstore_core::read::{BodyLayout, ReadRequest, TimeBoundary};
 use rmqstore_core::StoreError;
 
 /// Why an entry point failed.
@@ -349,15 +349,13 @@ pub extern "system" fn Java_rmqstore_jni_NativeStore_readBatch<'l>(
             BodyLayout::Binary
         };
         let store = registry::store(handle)?;
-        let batch = store.read_batch_as(
-            &topic,
-            qid,
-            offset,
-            max_rows as usize,
-            columns & export::PROPERTIES != 0,
-            None,
-            layout,
-        )?;
+        // Only the columns asked for are built (and the queue offsets, for the checks below).
+        let request = ReadRequest {
+            columns: export::core_mask(columns),
+            decompress: None,
+            body: layout,
+        };
+        let batch = store.read_columns(&topic, qid, offset, max_rows as usize, &request)?;
         let rows = batch.rows;
         let first = batch.queue_offset.first().copied().unwrap_or(-1);
         let last = batch.queue_offset.last().copied().unwrap_or(-1);

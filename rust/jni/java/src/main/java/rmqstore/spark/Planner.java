@@ -28,7 +28,7 @@ final class Planner {
 
   private Planner() {}
 
-  static List<RangesPartition> plan(ReadOptions opts) {
+  static List<RangesPartition> plan(ReadOptions opts, QueueFilter filter) {
     try (StoreHandle store = new StoreHandle(opts)) {
       List<QueueRange> ranges = new ArrayList<>();
       List<String[]> queues = selectedQueues(store.id, opts);
@@ -41,6 +41,9 @@ final class Planner {
       for (String[] q : queues) {
         String topic = q[0];
         int qid = Integer.parseInt(q[1]);
+        if (!filter.allows(topic, qid)) {
+          continue; // the query's conditions on topic and queue_id leave it out
+        }
         long high = NativeStore.queueOffsets(store.id, topic, qid)[1];
         long low = readableLow(store.id, topic, qid, high);
         long start;

@@ -10,10 +10,12 @@ import org.apache.spark.sql.types.StructType;
 final class RmqScan implements Scan, Batch {
   private final ReadOptions opts;
   private final StructType schema;
+  private final QueueFilter filter;
 
-  RmqScan(ReadOptions opts, StructType schema) {
+  RmqScan(ReadOptions opts, StructType schema, QueueFilter filter) {
     this.opts = opts;
     this.schema = schema;
+    this.filter = filter;
   }
 
   @Override
@@ -23,7 +25,11 @@ final class RmqScan implements Scan, Batch {
 
   @Override
   public String description() {
-    return "rmqstore " + opts.path + " ReadSchema: " + schema.catalogString();
+    return "rmqstore "
+        + opts.path
+        + " ReadSchema: "
+        + schema.catalogString()
+        + (filter.isEmpty() ? "" : " PushedFilters: " + filter);
   }
 
   @Override
@@ -33,7 +39,7 @@ final class RmqScan implements Scan, Batch {
 
   @Override
   public InputPartition[] planInputPartitions() {
-    return Planner.plan(opts).toArray(new InputPartition[0]);
+    return Planner.plan(opts, filter).toArray(new InputPartition[0]);
   }
 
   @Override
