@@ -374,3 +374,70 @@ pub unsafe fn export(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch() -> BatchColumns {
+        let mut b = BatchColumns::default();
+        b.rows = 2;
+        b.next_offset = 7;
+        b.queue_offset = vec![5, 6];
+        b.store_timestamp = vec![1_700_000_000_123, 1_700_000_000_124];
+        b.tags_valid = vec![0b01];
+        b.tags_offsets = vec![0, 4, 4];
+        b.tags_data = b"TagA".to_vec();
+        b
+    }
+
+    #[test]
+    fn exported_buffers_are_counted_until_the_consumer_releases_them() {
+        let mut array = FFI_ArrowArray::empty();
+        let mut schema = FFI_ArrowSchema::empty();
+        // SAFETY: both structs are empty and ours.
+        unsafe {
+            export(
+                batch(),
+                QUEUE_OFFSET | STORE_TIMESTAMP | TAGS,
+                false,
+                &mut array,
+                &mut schema,
+            )
+        }
+        .unwrap();
+        // queue_offset, store_timestamp, tags validity + offsets + data.
+        assert_eq!(allocations()[0], 5);
+        assert_eq!(allocations()[1], 16 + 16 + 1 + 12 + 4);
+        assert_eq!(array.len(), 2);
+        assert_eq!(schema.format(), "+s");
+        let children: Vec<(String, String)> = (0..schema.n_children)
+            .map(|i| {
+                let c = schema.child(i as usize);
+                (c.name().unwrap().to_owned(), c.format().to_owned())
+            })
+            .collect();
+        assert_eq!(
+            children,
+            [
+                ("queue_offset".to_owned(), "l".to_owned()),
+                ("store_timestamp".to_owned(), "tsu:UTC".to_owned()),
+                ("tags".to_owned(), "u".to_owned()),
+            ]
+        );
+        // The consumer's release (here: dropping the structs) gives every buffer back.
+        drop(array);
+        drop(schema);
+        assert_eq!(allocations(), [0, 0]);
+    }
+
+    #[test]
+    fn timestamps_past_the_microsecond_range_are_an_error() {
+        let mut v = ColumnVec::I64(vec![1, i64::MAX / 1000 + 1]);
+        let err = millis_to_micros(&mut v, "store_timestamp").unwrap_err();
+        assert!(err.contains("out of the range"), "{err}");
+        let mut v = ColumnVec::I64(vec![-2, 3]);
+        millis_to_micros(&mut v, "store_timestamp").unwrap();
+        assert_eq!(v.bytes(), ColumnVec::I64(vec![-2000, 3000]).bytes());
+    }
+}
