@@ -151,6 +151,12 @@ fn strings(env: &mut JNIEnv<'_>, array: &JObjectArray<'_>, what: &str) -> Outcom
     Ok(out)
 }
 
+/// A Java array length for `len` items.
+fn java_len(len: usize) -> Outcome<i32> {
+    i32::try_from(len)
+        .map_err(|_| Failure::Argument(format!("{len} items do not fit a Java array")))
+}
+
 fn queue_id(queue_id: jint) -> Outcome<i32> {
     if queue_id < 0 {
         return Err(Failure::Argument(format!(
@@ -206,10 +212,10 @@ pub extern "system" fn Java_rmqstore_jni_NativeStore_topics<'l>(
     guard(&mut env, |env| {
         let topics = registry::store(handle)?.topics()?;
         let array =
-            env.new_object_array(topics.len() as i32, "java/lang/String", JObject::null())?;
+            env.new_object_array(java_len(topics.len())?, "java/lang/String", JObject::null())?;
         for (i, t) in topics.iter().enumerate() {
             let s = env.new_string(t)?;
-            env.set_object_array_element(&array, i as i32, &s)?;
+            env.set_object_array_element(&array, java_len(i)?, &s)?;
             env.delete_local_ref(s)?;
         }
         Ok(array.into_raw())
@@ -227,7 +233,7 @@ pub extern "system" fn Java_rmqstore_jni_NativeStore_queueIds<'l>(
     guard(&mut env, |env| {
         let topic = string(env, &topic, "topic")?;
         let ids = registry::store(handle)?.queue_ids(&topic)?;
-        let array = env.new_int_array(ids.len() as i32)?;
+        let array = env.new_int_array(java_len(ids.len())?)?;
         env.set_int_array_region(&array, 0, &ids)?;
         Ok(array.into_raw())
     })
