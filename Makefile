@@ -45,14 +45,13 @@ wheel: $(WHEEL)
 # offline from ~/.m2). The jar goes to python/rmqstore/jars/, which the wheel does not package
 # yet; rmqstore.spark.jar_path() finds it there (or where RMQSTORE_SPARK_JAR says).
 JAR         := python/rmqstore/jars/rmqstore-spark.jar
-JAR_SOURCES := $(shell find rust/core rust/jni -type f \( -name '*.rs' -o -name 'Cargo.toml' -o -name '*.java' -o -name 'pom.xml' -o -name 'org.apache.*' \) -not -path '*/target/*' 2>/dev/null) Cargo.toml Cargo.lock
+JAR_SOURCES := $(shell find rust/core rust/jni -type f \( -name '*.rs' -o -name 'Cargo.toml' -o -name '*.java' -o -name 'pom.xml' -o -name 'spark_jars.py' -o -name 'org.apache.*' \) -not -path '*/target/*' 2>/dev/null) Cargo.toml Cargo.lock
 MVN         ?= mvn
 
 $(JAR): $(DEPS) $(JAR_SOURCES)
 	cargo build --release --quiet -p rmqstore-jni
-	cd rust/jni/java && $(MVN) -q -B package \
-		-Dspark.jars="$$($(abspath $(BIN))/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')" \
-		-Dnative.dir="$(abspath target/release)"
+	flags="$$($(BIN)/python rust/jni/java/spark_jars.py)" && cd rust/jni/java && \
+		$(MVN) -q -B package $$flags -Dnative.dir="$(abspath target/release)"
 	mkdir -p $(dir $@)
 	cp rust/jni/java/target/rmqstore-spark.jar $@
 

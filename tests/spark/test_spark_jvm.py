@@ -5,7 +5,10 @@ record fails the task with the store's message, and every native buffer is given
 
 from __future__ import annotations
 
+import os
+import re
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,25 @@ def native(spark: Any) -> Any:
     loaded = spark.sparkContext.getConf().get("spark.jars", "")
     assert str(jar) in loaded, f"the Spark session was started without the jar: {loaded!r}"
     return spark._jvm.rmqstore.jni.NativeStore
+
+
+def test_the_jar_carries_the_library_and_the_arrow_c_data_of_this_pyspark(native: Any) -> None:
+    """arrow-c-data inside the jar is exactly the Arrow Java version the PySpark's jars have
+    (the C Data Interface importer must match the vectors Spark's ArrowColumnVector reads)."""
+    import pyspark
+    from rmqstore.spark import jar_path
+
+    jars = os.listdir(os.path.join(os.path.dirname(pyspark.__file__), "jars"))
+    [arrow] = [m[1] for n in jars if (m := re.fullmatch(r"arrow-vector-(.+)\.jar", n))]
+    with zipfile.ZipFile(jar_path()) as z:
+        names = set(z.namelist())
+        props = z.read("META-INF/maven/org.apache.arrow/arrow-c-data/pom.properties").decode()
+        services = z.read("META-INF/services/org.apache.spark.sql.sources.DataSourceRegister")
+    assert f"version={arrow}" in props.splitlines(), props
+    assert "rmqstore/native/linux-x86_64/librmqstore_jni.so" in names
+    assert "arrow_cdata_jni/x86_64/libarrow_cdata_jni.so" in names
+    assert services.decode().split() == ["rmqstore.spark.RmqStoreJvmSource"]
+    assert native.allocations()[0] >= 0  # the library loaded from inside the jar
 
 
 def _messages() -> list[rmqstore.Message]:
