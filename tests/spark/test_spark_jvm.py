@@ -56,6 +56,17 @@ def test_the_jar_carries_the_library_and_the_arrow_c_data_of_this_pyspark(native
     assert native.allocations()[0] >= 0  # the library loaded from inside the jar
 
 
+def test_jar_path_names_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rmqstore.spark import JAR_ENV, jar_path
+
+    missing = tmp_path / "nowhere.jar"
+    monkeypatch.setenv(JAR_ENV, str(missing))
+    with pytest.raises(FileNotFoundError, match=f"RMQSTORE_SPARK_JAR names '{missing}'"):
+        jar_path()
+    missing.write_bytes(b"PK")
+    assert jar_path() == str(missing)
+
+
 def _messages() -> list[rmqstore.Message]:
     """Three queues of TopicA with every kind of column value (bodies of up to 12 bytes live
     inside their binary_view views, longer ones point into the segments), and TopicB."""
