@@ -12,7 +12,7 @@ SOURCES := $(shell find rust python -type f \( -name '*.rs' -o -name '*.py' -o -
 # The platform tag of the wheel: glibc 2.28 or later (RHEL 8, Debian 10, Ubuntu 20.04, ...).
 MANYLINUX := manylinux_2_28
 
-.PHONY: demo test wheel lint rust-test py-test bench bench-quick bench-interop bench-interop-scheduled \
+.PHONY: demo test wheel jar lint rust-test py-test bench bench-quick bench-interop bench-interop-scheduled \
 	bench-peers bench-peers-quick fmt clean
 
 $(BIN)/python:
@@ -39,6 +39,24 @@ $(WHEEL): $(DEPS) $(SOURCES)
 
 wheel: $(WHEEL)
 
+# Issue 21: the JVM Spark connector (format "rmqstore-jvm", docs/spark-jvm.md): rust/jni's
+# library, built in release, inside the jar that Maven builds from rust/jni/java against the
+# jars of the PySpark installed in the virtualenv (Java 17; Maven Central the first time, then
+# offline from ~/.m2). The jar goes to python/rmqstore/jars/, which the wheel does not package
+# yet; rmqstore.spark.jar_path() finds it there (or where RMQSTORE_SPARK_JAR says).
+JAR         := python/rmqstore/jars/rmqstore-spark.jar
+JAR_SOURCES := $(shell find rust/core rust/jni -type f \( -name '*.rs' -o -name 'Cargo.toml' -o -name '*.java' -o -name 'pom.xml' -o -name 'spark_jars.py' -o -name 'org.apache.*' \) -not -path '*/target/*' 2>/dev/null) Cargo.toml Cargo.lock
+MVN         ?= mvn
+
+$(JAR): $(DEPS) $(JAR_SOURCES)
+	cargo build --release --quiet -p rmqstore-jni
+	flags="$$($(BIN)/python rust/jni/java/spark_jars.py)" && cd rust/jni/java && \
+		$(MVN) -q -B package $$flags -Dnative.dir="$(abspath target/release)"
+	mkdir -p $(dir $@)
+	cp rust/jni/java/target/rmqstore-spark.jar $@
+
+jar: $(JAR)
+
 demo: $(WHEEL)
 	$(BIN)/python -m rmqstore.demo $(STORE)
 
@@ -53,18 +71,18 @@ lint: $(WHEEL)
 rust-test:
 	cargo test --workspace --quiet
 
-py-test: $(WHEEL)
+py-test: $(WHEEL) $(JAR)
 	$(BIN)/pytest -q tests
 
 # Benchmarks: pytest-benchmark writes JSON, benches/report.py turns it into the issues' figures
 # (ratios against baselines measured in the same run) and checks the targets.
-bench-quick: $(WHEEL)
+bench-quick: $(WHEEL) $(JAR)
 	mkdir -p bench-results
 	RMQ_BENCH_QUICK=1 $(BIN)/pytest -q benches --benchmark-json=bench-results/quick.json \
 		--benchmark-columns=median,min,rounds
 	$(BIN)/python benches/report.py bench-results/quick.json --quick
 
-bench: $(WHEEL)
+bench: $(WHEEL) $(JAR)
 	mkdir -p bench-results
 	$(BIN)/pytest -q benches --benchmark-json=bench-results/full.json \
 		--benchmark-columns=median,min,rounds

@@ -306,6 +306,22 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                 ratio <= 2.0 / scale,
             )
         )
+    jvm = results.get("spark_jvm_vs_parquet")
+    if jvm:
+        # Issue 21: the JVM connector, beside Parquet and the Python source in one run.
+        ratio = float(jvm["jvm_s"]) / float(jvm["parquet_s"])
+        rows.append(
+            Row(
+                f"Spark count + group-by over {int(jvm['messages']):,} messages of 128 B via "
+                f"the JVM connector (rmqstore-jvm) vs Parquet ({float(jvm['jvm_s']):.2f} s vs "
+                f"{float(jvm['parquet_s']):.2f} s; the Python source: "
+                f"{float(jvm['python_s']):.2f} s, "
+                f"{float(jvm['python_s']) / float(jvm['parquet_s']):.2f}x)",
+                f"{ratio:.2f}x the time",
+                "<= 1.2x",
+                ratio <= 1.2 / scale,
+            )
+        )
     sd = results.get("schedule_delivery")
     if sd:
         deliver = float(sd["deliver_rate"])

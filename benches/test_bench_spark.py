@@ -26,9 +26,13 @@ SEGMENT = 1 << 30
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from rmqstore.spark import local_session
+    from rmqstore.spark import JAR_ENV, jar_path, local_session
 
-    session = local_session("rmqstore-bench")
+    # With the JVM connector's jar, for the rmqstore-jvm format: the one `make jar` (a
+    # prerequisite of `make bench`) left in this tree, unless RMQSTORE_SPARK_JAR names one.
+    tree_jar = Path(__file__).resolve().parents[1] / "python/rmqstore/jars/rmqstore-spark.jar"
+    os.environ.setdefault(JAR_ENV, str(tree_jar))
+    session = local_session("rmqstore-bench", jars=[jar_path()])
     yield session
     session.stop()
 
@@ -180,3 +184,36 @@ def test_spark_count_group_by_vs_parquet(benchmark, spark, tmp_path: Path, scale
         **{f"{k}_s": v for k, v in best.items()},
     )
     benchmark.pedantic(lambda: _job(frames["rmqstore"]), rounds=1, iterations=1)
+
+
+def test_spark_jvm_count_group_by_vs_parquet(benchmark, spark, tmp_path: Path, scaled) -> None:
+    """Issue 21's figure: the same job through the JVM DataSource V2 connector
+    (``rmqstore-jvm``: columnar batches from the Rust core, only the two columns the job uses
+    read), beside Parquet and the Python source, in one session and one run."""
+    n = scaled(10_000_000, 1_000_000)
+    root = tmp_path / "store"
+    _build(root, n)
+    assert _parquet(root, tmp_path / "parquet") == n
+    options = {"store.mapped_file_size_commit_log": str(SEGMENT)}
+    frames = {
+        "parquet": spark.read.parquet(str(tmp_path / "parquet")),
+        "jvm": spark.read.format("rmqstore-jvm").options(**options).load(str(root)),
+        "python": spark.read.format("rmqstore").options(**options).load(str(root)),
+    }
+    for df in frames.values():
+        _job(df)  # warm-up
+    # Interleaved rounds, so that a change in the machine's load falls on every side alike.
+    runs: dict[str, list[float]] = {name: [] for name in frames}
+    for _ in range(3):
+        for name, df in frames.items():
+            took, total, groups = _job(df)
+            assert (total, groups) == (n, 12), name
+            runs[name].append(took)
+    best = {name: min(r) for name, r in runs.items()}
+    benchmark.extra_info.update(
+        metric="spark_jvm_vs_parquet",
+        messages=n,
+        **{f"{k}_s": v for k, v in best.items()},
+        **{f"{k}_runs_s": v for k, v in runs.items()},
+    )
+    benchmark.pedantic(lambda: _job(frames["jvm"]), rounds=1, iterations=1)

@@ -7,9 +7,17 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+#: The JVM connector's jar as `make jar` (a prerequisite of `make py-test`) leaves it in this
+#: tree; the session loads it when it is there, and tests/spark/test_spark_jvm.py fails when
+#: it is not.
+JVM_JAR = (
+    Path(__file__).resolve().parents[2] / "python" / "rmqstore" / "jars" / "rmqstore-spark.jar"
+)
 
 
 @pytest.fixture(scope="session")
@@ -24,9 +32,12 @@ def spark() -> Iterator[Any]:
         pytest.skip("no Java runtime (java on PATH or JAVA_HOME) for the Spark tests")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from rmqstore.spark import local_session
+    from rmqstore.spark import JAR_ENV, local_session
 
-    session = local_session("rmqstore-tests", master="local[2,2]")
+    jars = [str(JVM_JAR)] if JVM_JAR.is_file() else []
+    if jars:
+        os.environ.setdefault(JAR_ENV, str(JVM_JAR))
+    session = local_session("rmqstore-tests", master="local[2,2]", jars=jars)
     gateway = session.sparkContext._gateway
     yield session
     session.stop()

@@ -91,6 +91,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
@@ -127,25 +128,53 @@ __all__ = [
     "RmqStoreStreamReader",
     "RmqStoreWriter",
     "StagedFile",
+    "jar_path",
     "local_session",
 ]
 
 
-def local_session(app: str = "rmqstore", master: str = "local[2]") -> Any:
+#: Environment variable naming the JVM connector's jar (see :func:`jar_path`).
+JAR_ENV = "RMQSTORE_SPARK_JAR"
+
+
+def jar_path() -> str:
+    """The jar of the JVM connector (format ``rmqstore-jvm``, docs/spark-jvm.md): the file
+    ``$RMQSTORE_SPARK_JAR`` names, else ``rmqstore/jars/rmqstore-spark.jar`` beside this
+    package (where ``make jar`` puts it in a source tree). Pass it as ``spark.jars``, or to
+    :func:`local_session`. :class:`FileNotFoundError` when there is none."""
+    given = os.environ.get(JAR_ENV)
+    path = given or os.path.join(
+        os.path.dirname(os.path.dirname(__file__)), "jars", "rmqstore-spark.jar"
+    )
+    if not os.path.isfile(path):
+        where = f"${JAR_ENV} names {path!r}" if given else f"no {path}"
+        raise FileNotFoundError(
+            f"the rmqstore JVM connector's jar is missing ({where}): build it with `make jar` "
+            f"in a source tree and set {JAR_ENV} to python/rmqstore/jars/rmqstore-spark.jar"
+        )
+    return path
+
+
+def local_session(app: str = "rmqstore", master: str = "local[2]", jars: Sequence[str] = ()) -> Any:
     """A quiet local SparkSession (UI off, loopback only, UTC, filter pushdown on, few shuffle
     partitions) with this source registered; its Python workers run this interpreter, so they
-    import this very ``rmqstore``. For jobs on one machine, tests and benchmarks."""
+    import this very ``rmqstore``. ``jars`` go to ``spark.jars`` (e.g. :func:`jar_path`, for
+    the ``rmqstore-jvm`` format). For jobs on one machine, tests and benchmarks."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.master(master)
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
     session = (
-        SparkSession.builder.master(master)
-        .appName(app)
+        builder.appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        # Executors fetch spark.jars from the driver at this address.
+        .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()

@@ -1,0 +1,52 @@
+package rmqstore.spark;
+
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * Builds the scan of the columns the query needs (the others are never built) and of the
+ * queues its conditions on topic and queue_id leave (see {@link QueueFilter}).
+ */
+final class RmqScanBuilder
+    implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters {
+  private final ReadOptions opts;
+  private StructType schema;
+  private final QueueFilter filter = new QueueFilter();
+
+  RmqScanBuilder(ReadOptions opts, StructType schema) {
+    this.opts = opts;
+    this.schema = schema;
+  }
+
+  @Override
+  public void pruneColumns(StructType requiredSchema) {
+    schema = requiredSchema;
+  }
+
+  @Override
+  public Filter[] pushFilters(Filter[] filters) {
+    List<Filter> rest = new ArrayList<>();
+    for (Filter f : filters) {
+      if (!filter.take(f)) {
+        rest.add(f);
+      }
+    }
+    return rest.toArray(new Filter[0]);
+  }
+
+  @Override
+  public Filter[] pushedFilters() {
+    return filter.pushed();
+  }
+
+  @Override
+  public Scan build() {
+    return new RmqScan(opts, schema, filter);
+  }
+}
