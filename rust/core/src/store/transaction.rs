@@ -227,11 +227,28 @@ impl MessageStore {
     /// once (on this thread) when the queued text reaches the op max size.
     pub(crate) fn tx_enqueue_op(&self, o: &Open, half_queue_offset: i64) -> Result<()> {
         let max = self.tx.op_max_size.load(Ordering::Relaxed);
+        let interval = self.tx.op_interval_ms.load(Ordering::Relaxed);
         if self.tx.ops.push(half_queue_offset, max) {
-            let interval = self.tx.op_interval_ms.load(Ordering::Relaxed);
             self.tx_write_ops(o, now_millis(), max, interval, false)?;
+        } else if interval == 0 {
+            // Due at once: the op batch service writes it (`transaction_wait_ops` returns).
+            self.tx.op_wake.request();
         }
         Ok(())
+    }
+
+    /// The op batch service's wait between rounds: up to `timeout`, ended at once by an op
+    /// entry due at once (`transaction_op_batch_interval` = 0), `transaction_wake_ops` or
+    /// `stop_services`; true once the services are stopped. Holds nothing of the store.
+    pub fn transaction_wait_ops(&self, timeout: std::time::Duration) -> Result<bool> {
+        self.writable("transaction_wait_ops")?;
+        self.check_not_forked()?;
+        Ok(self.tx.op_wake.wait(timeout))
+    }
+
+    /// Ends a `transaction_wait_ops` in progress (the op service is asked to stop).
+    pub fn transaction_wake_ops(&self) {
+        self.tx.op_wake.request();
     }
 
     /// Writes the op messages due (see `crate::transaction::op::OpQueue::write_due`);

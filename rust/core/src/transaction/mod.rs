@@ -190,6 +190,8 @@ pub(crate) struct TxState {
     /// defaults until then): an end that makes the queued text reach it writes at once.
     pub(crate) op_max_size: AtomicI32,
     pub(crate) op_interval_ms: AtomicI64,
+    /// Wakes the op batch service (an entry due at once: interval 0).
+    pub(crate) op_wake: op::OpWake,
     pub(crate) counters: TxCounters,
 }
 
@@ -202,6 +204,7 @@ impl TxState {
             op_progress: AtomicI64::new(0),
             op_max_size: AtomicI32::new(DEFAULT_OP_MSG_MAX_SIZE),
             op_interval_ms: AtomicI64::new(DEFAULT_OP_BATCH_INTERVAL_MS),
+            op_wake: op::OpWake::default(),
             counters: TxCounters::default(),
         }
     }
