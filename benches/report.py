@@ -393,8 +393,15 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                 f"128 B, one Python thread, ASYNC_FLUSH, {config} "
                 f"({float(tpc['ratio']):.2f}x put_message "
                 f"of the same messages, {fmt_rate(float(tpc['put_rate']), 'msg/s')}; through "
-                f"the binding alone {tx_rate(float(tpc['core_rate']))}, "
-                f"{float(tpc['core_ratio']):.2f}x)",
+                f"store._core's methods {tx_rate(float(tpc['core_rate']))}, "
+                f"{float(tpc['core_ratio']):.2f}x"
+                + (
+                    f"; thread CPU {float(tpc['tx_cpu_us']):.2f} µs a transaction, "
+                    f"{float(tpc['put_cpu_us']):.2f} µs a put"
+                    if "tx_cpu_us" in tpc
+                    else ""
+                )
+                + ")",
                 tx_rate(tx),
                 ">= 300 k tx/s",
                 check(tx, 300_000),
