@@ -34,7 +34,6 @@ OPEN_TARGETS = {
     # quick threshold inside that spread; the speed work on the write and read paths is
     # issue 20's.
     "dispatch vs batch append": 20,
-    "transactions: prepare + commit": 18,
     "transactions: check-back scan": 18,
     # On the shared 2-core VM the 65,536-row walk (two threads a call) is as often slower as
     # faster than the 8,192-row one (one thread): benches/README.md, issue 20.
