@@ -41,31 +41,6 @@ log = logging.getLogger("rmqstore.store")
 _MAX_LONG = 2**63 - 1
 
 
-def _transaction_target(target: object) -> int | str:
-    """``end_transaction``'s first argument checked: a half's commitlog offset (an int >= 0,
-    not a bool) or a transaction id (a non-empty str)."""
-    if type(target) is int or (isinstance(target, int) and not isinstance(target, bool)):
-        offset = int(target)
-        if offset < 0:
-            raise InvalidArgumentError(
-                f"half_offset_or_transaction_id: a commitlog offset must be >= 0, got {offset}"
-            )
-        if offset > _MAX_LONG:
-            raise ArgumentOverflowError(
-                f"half_offset_or_transaction_id: a commitlog offset must be at most "
-                f"{_MAX_LONG}, got {offset}"
-            )
-        return offset
-    if isinstance(target, str):
-        if not target:
-            raise InvalidArgumentError("half_offset_or_transaction_id: the transaction id is empty")
-        return str(target)
-    raise ArgumentTypeError(
-        "half_offset_or_transaction_id must be a half message's commitlog offset (int) or a "
-        f"transaction id (str), not {type(target).__name__}"
-    )
-
-
 class TransactionsMixin:
     """Transactional messages on a :class:`rmqstore.MessageStore` (docs/architecture.md,
     "Transactional messages")."""
@@ -89,6 +64,14 @@ class TransactionsMixin:
         # service's calls: give them now, before any transaction can end.
         self._tx_ops.configure_core()
         self._tx_check = TransactionCheckService(self._core, progress, self._tx_ops, cfg)
+        # prepare_message and end_transaction only forward to the binding (which checks the
+        # arguments and wakes the op service itself): calls go to it directly, without a
+        # Python frame (as put_message). A subclass that overrides one keeps its own.
+        cls = type(self)
+        if cls.prepare_message is TransactionsMixin.prepare_message:
+            self.__dict__["prepare_message"] = self._core.prepare_message
+        if cls.end_transaction is TransactionsMixin.end_transaction:
+            self.__dict__["end_transaction"] = self._core.end_transaction_result
         return [self._tx_ops, self._tx_check]
 
     def _close_transactions(self) -> None:
@@ -123,23 +106,17 @@ class TransactionsMixin:
         answered by ``result.status`` (a timer property: MESSAGE_ILLEGAL; ``DELAY`` is dropped,
         as RocketMQ's client drops it): nothing is stored, and the ``transaction_id`` the
         message was given names no transaction. A read-only store raises
-        :class:`~rmqstore.errors.StoreReadOnlyError`.
+        :class:`~rmqstore.errors.StoreReadOnlyError`. ``msg`` not a
+        :class:`~rmqstore.Message` or ``producer_group`` not a str or None raise
+        :class:`~rmqstore.errors.ArgumentTypeError`; an empty ``producer_group``
+        :class:`~rmqstore.errors.InvalidArgumentError`.
+
+        A writable store answers this with the binding's ``Store.prepare_message`` itself
+        (bound when the store opens), which does exactly this.
         """
         if self._tx_ops is None:
             raise self._transactions_unavailable("prepare_message")
-        if producer_group is None and type(msg) is Message:
-            # The common call, checked at once.
-            return self._core.prepare_message(msg, None)
-        if type(msg) is not Message:
-            raise ArgumentTypeError(f"msg must be a rmqstore.Message, not {type(msg).__name__}")
-        if producer_group is not None:
-            if not isinstance(producer_group, str):
-                raise ArgumentTypeError(
-                    f"producer_group must be a str or None, not {type(producer_group).__name__}"
-                )
-            if not producer_group:
-                raise InvalidArgumentError("producer_group is empty (None means the default)")
-        return self._core.prepare_message(msg, producer_group)
+        return self._core.prepare_message(msg, producer_group=producer_group)
 
     def end_transaction(
         self, half_offset_or_transaction_id: int | str, commit: bool
@@ -164,22 +141,17 @@ class TransactionsMixin:
         returns ``ended=False`` with the put's status in ``put_result``: the transaction stays
         pending. A ``bool``, a negative offset or an empty id raise
         :class:`~rmqstore.errors.ArgumentTypeError` /
-        :class:`~rmqstore.errors.InvalidArgumentError`.
+        :class:`~rmqstore.errors.InvalidArgumentError` (an offset past 2**63 - 1:
+        :class:`~rmqstore.errors.ArgumentOverflowError`); a ``commit`` that is not a bool
+        :class:`~rmqstore.errors.ArgumentTypeError`.
+
+        A writable store answers this with the binding's ``Store.end_transaction_result``
+        itself (bound when the store opens), which does exactly this; with
+        ``transaction_op_batch_interval`` = 0 it wakes the op batch service from the core.
         """
-        ops = self._tx_ops
-        if ops is None:
+        if self._tx_ops is None:
             raise self._transactions_unavailable("end_transaction")
-        target = half_offset_or_transaction_id
-        if type(target) is not int or not 0 <= target <= _MAX_LONG:
-            target = _transaction_target(target)
-        if type(commit) is not bool:
-            raise ArgumentTypeError(f"commit must be a bool, not {type(commit).__name__}")
-        # The binding builds the EndTransactionResult itself (no dict, no Python-level
-        # constructor in between).
-        out: EndTransactionResult = self._core.end_transaction_result(target, commit)
-        if ops.interval_ms == 0 and out.ended:
-            ops.note_op()
-        return out
+        return self._core.end_transaction_result(half_offset_or_transaction_id, commit)
 
     def set_transaction_checker(
         self, fn: Checker | None, *, on_discard: DiscardCallback | None = None

@@ -216,8 +216,9 @@ class TransactionalOpBatchService(ServiceThread):
     ``transaction_op_batch_interval`` ms passed since the last op message) and answers when to
     come back (0: nothing queued, then the service sleeps an interval). A transaction ended
     when the queued text reaches the size writes the op messages on its own thread (where
-    RocketMQ's ``deletePrepareMessage`` wakes this service). :meth:`flush_all` writes
-    everything queued; the store calls it at close once the services stopped.
+    RocketMQ's ``deletePrepareMessage`` wakes this service); with an interval of 0 the core
+    ends the service's wait (``transaction_wait_ops``) from the ending thread. :meth:`flush_all`
+    writes everything queued; the store calls it at close once the services stopped.
     """
 
     name = "TransactionalOpBatchService"
@@ -232,7 +233,6 @@ class TransactionalOpBatchService(ServiceThread):
         self._core = core
         self.max_size = max_size
         self.interval_ms = interval_ms
-        self._wake = threading.Event()
         self.rounds = 0
         self.forced = 0
 
@@ -248,16 +248,10 @@ class TransactionalOpBatchService(ServiceThread):
         transaction that fills a batch writes it with these, from the first one on."""
         self._core.transaction_flush_ops(_now_ms(), self.max_size, self.interval_ms, False)
 
-    def note_op(self) -> None:
-        """An op entry was queued. The core writes the op messages on the ending thread once
-        the queued text reaches the size; with ``transaction_op_batch_interval`` = 0 every
-        entry is due at once, so the service is woken to write it."""
-        if self.interval_ms == 0 and not self._wake.is_set():
-            self._wake.set()
-
     def signal_stop(self) -> None:
         super().signal_stop()
-        self._wake.set()
+        # Ends the wait in the core at once (close also stops it through stop_services).
+        self._core.transaction_wake_ops()
 
     def run_once(self) -> bool:
         now = _now_ms()
@@ -270,14 +264,18 @@ class TransactionalOpBatchService(ServiceThread):
         self._round_ok("writing op messages")
         self.rounds += 1
         if next_ms == 0:
-            wait = self.interval_ms / 1000 if self.interval_ms > 0 else self.idle_seconds
+            wait_ms = self.interval_ms if self.interval_ms > 0 else int(self.idle_seconds * 1000)
         else:
             # Due already (the size was reached again while writing): a short pause, so a core
             # that keeps answering a past time cannot make the thread spin.
-            wait = max(next_ms - _now_ms(), 1) / 1000
-        self._wake.wait(wait)
-        self._wake.clear()
-        return not self._stopped.is_set()
+            wait_ms = max(next_ms - _now_ms(), 1)
+        # Waits in the core without the GIL; an end whose entry is due at once (interval 0)
+        # ends the wait from the ending thread, with no call into Python.
+        try:
+            stopped = self._core.transaction_wait_ops(wait_ms)
+        except StoreClosedError:
+            return False
+        return not stopped and not self._stopped.is_set()
 
     def flush_all(self) -> int:
         """Writes every queued op entry now (``force``); returns the core's next time (0)."""
@@ -640,7 +638,6 @@ class TransactionCheckService(ServiceThread):
                 None if result is None else result.status.name,
             )
             return
-        self._ops.note_op()
         if commit:
             counts.committed += 1
         else:

@@ -28,7 +28,7 @@ from rmqstore.errors import (
     StoreClosedError,
     StoreReadOnlyError,
 )
-from transaction.txhelp import HALF_TOPIC, OP_TOPIC, prepare, read_queue, settle
+from transaction.txhelp import HALF_TOPIC, OP_TOPIC, TX_STORE, prepare, read_queue, settle
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -213,6 +213,40 @@ def test_prepare_argument_errors(tx_store: MessageStore) -> None:
     with pytest.raises(TypeError):
         tx_store.prepare_message(Message("T", b"x"), "PG")  # type: ignore[misc]
     assert tx_store.get_max_phy_offset() == 0
+
+
+def test_prepare_and_end_are_the_bindings_own_methods(
+    open_tx: Callable[..., MessageStore], store_path: Path
+) -> None:
+    """A writable store answers prepare_message and end_transaction with the binding's
+    methods (no Python frame in between, as put_message); a subclass overriding one keeps its
+    own, and a read-only store keeps the Python method (which refuses)."""
+    store = open_tx()
+    assert store.prepare_message.__self__ is store._core  # type: ignore[attr-defined]
+    assert store.end_transaction.__self__ is store._core  # type: ignore[attr-defined]
+    r = store.prepare_message(Message("TopicTx", b"x"), producer_group="PG")
+    end = store.end_transaction(half_offset_or_transaction_id=r.wrote_offset, commit=True)
+    assert isinstance(end, EndTransactionResult)
+    assert end.ended
+    assert end.state is TransactionState.COMMIT
+    assert end.half_offset == r.wrote_offset
+    assert end.transaction_id == r.transaction_id
+    store.close()
+
+    seen: list[object] = []
+
+    class Audited(MessageStore):
+        def end_transaction(
+            self, half_offset_or_transaction_id: int | str, commit: bool
+        ) -> EndTransactionResult:
+            seen.append(half_offset_or_transaction_id)
+            return super().end_transaction(half_offset_or_transaction_id, commit)
+
+    with Audited(store_path, **{**TX_STORE, "mapped_file_size_commit_log": 64 * 1024}) as audited:
+        assert audited.prepare_message.__self__ is audited._core  # type: ignore[attr-defined]
+        r = audited.prepare_message(Message("TopicTx", b"y"))
+        assert audited.end_transaction(r.wrote_offset, False).ended
+        assert seen == [r.wrote_offset]
 
 
 def test_pending_transactions_lists_what_is_not_ended(tx_store: MessageStore) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from rmqstore import MessageStore
@@ -62,6 +64,44 @@ def test_unbatched_ops_are_written_at_once(open_tx: Callable[..., MessageStore])
     assert wait_until(lambda: op_bodies(store) == [b"0,"], 5)
     store.end_transaction(ids[1], True)
     assert wait_until(lambda: op_bodies(store) == [b"0,", b"1,"], 5)
+
+
+def test_an_end_wakes_the_idle_op_service_from_the_core(
+    open_tx: Callable[..., MessageStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``transaction_op_batch_interval`` = 0 the core ends the op service's wait when an
+    entry is queued (no call into Python per transaction): the op is written long before the
+    idle service would look again by itself, each time."""
+    monkeypatch.setattr(TransactionalOpBatchService, "idle_seconds", 120.0)
+    store = open_tx(transaction_op_batch_interval=0)
+    ids = prepare(store, 3)
+    settle(store)  # the service ran its first round and waits (120 s) for an end
+    expected: list[bytes] = []
+    for i, tx_id in enumerate(ids):
+        t0 = time.monotonic()
+        store.end_transaction(tx_id, i != 1)
+        expected.append(f"{i},".encode())
+        assert wait_until(lambda: op_bodies(store) == expected, 20), op_bodies(store)
+        assert time.monotonic() - t0 < 20
+
+
+def test_close_ends_the_op_service_wait_at_once(
+    open_tx: Callable[..., MessageStore], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The op service waits in the core; stopping the store ends that wait at once."""
+    monkeypatch.setattr(TransactionalOpBatchService, "idle_seconds", 120.0)
+    for interval in (0, 3_600_000):
+        path = tmp_path / f"interval-{interval}"
+        store = open_tx(path, transaction_op_batch_interval=interval)
+        ids = prepare(store, 1)
+        store.end_transaction(ids[0], True)
+        settle(store)
+        t0 = time.monotonic()
+        store.close()
+        assert time.monotonic() - t0 < 20
+        store = open_tx(path)
+        assert op_bodies(store) == [b"0,"]
+        store.close()
 
 
 def test_the_op_size_is_capped_by_the_message_size(open_tx: Callable[..., MessageStore]) -> None:

@@ -659,6 +659,43 @@ fn a_truncation_forgets_the_halves_it_cut() {
 }
 
 #[test]
+fn an_end_by_offset_after_a_truncation_ends_the_half_now_there() {
+    // The ending thread remembers the half it prepared last (no record read to learn the id
+    // of `end_transaction(result.wrote_offset, ...)`): a truncation makes that stale.
+    let d = TempDir::new("tx", "truncate-offset");
+    let store = open(d.path());
+    store.put_message(&msg("TopicA", 1, "plain")).unwrap();
+    let (a, ida) = store.prepare_message(&msg("TopicA", 0, "a"), None).unwrap();
+    assert!(store.truncate_files(a.wrote_offset).unwrap());
+    // Another thread stores a half at the same offset; this thread's last half is A's.
+    let (b, idb) = std::thread::scope(|s| {
+        s.spawn(|| store.prepare_message(&msg("TopicA", 0, "b"), None).unwrap())
+            .join()
+            .unwrap()
+    });
+    assert_eq!(b.wrote_offset, a.wrote_offset);
+    assert_ne!(ida, idb);
+    let out = commit(&store, TxTarget::Offset(a.wrote_offset)).unwrap();
+    assert_eq!(out.transaction_id, idb);
+    assert!(matches!(
+        commit(&store, TxTarget::Id(ida)),
+        Err(StoreError::TransactionNotFound(_))
+    ));
+    let real = get_all(&store, "TopicA", 0);
+    let bodies: Vec<&[u8]> = real.iter().map(|m| m.body()).collect();
+    assert_eq!(bodies, [b"body-b".as_slice()]);
+    // The usual sequence on one thread: prepare, then end by the offset it answered.
+    let (c, idc) = store.prepare_message(&msg("TopicA", 0, "c"), None).unwrap();
+    assert_eq!(
+        commit(&store, TxTarget::Offset(c.wrote_offset))
+            .unwrap()
+            .transaction_id,
+        idc
+    );
+    store.close().unwrap();
+}
+
+#[test]
 fn many_threads_end_many_transactions_and_a_reopen_agrees_on_every_one() {
     let d = TempDir::new("tx", "many");
     let store = open(d.path());

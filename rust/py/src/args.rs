@@ -172,6 +172,7 @@ named!(
     now_ms: int -> i64,
     uniq_key: text -> PyBackedStr,
     deliver_time_ms: int? -> i64,
+    timeout_ms: int -> u64,
 );
 
 /// `columns` of `read_batch_buffers`: None (every column) or an iterable of column names (not

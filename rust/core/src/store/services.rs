@@ -81,6 +81,7 @@ impl MessageStore {
         self.signal.wake();
         self.allocator.shutdown();
         self.commits.stop();
+        self.tx.op_wake.stop();
         let _ = self.with_open(|o| o.commitlog.stop_group_commit());
     }
 

@@ -227,11 +227,28 @@ impl MessageStore {
     /// once (on this thread) when the queued text reaches the op max size.
     pub(crate) fn tx_enqueue_op(&self, o: &Open, half_queue_offset: i64) -> Result<()> {
         let max = self.tx.op_max_size.load(Ordering::Relaxed);
+        let interval = self.tx.op_interval_ms.load(Ordering::Relaxed);
         if self.tx.ops.push(half_queue_offset, max) {
-            let interval = self.tx.op_interval_ms.load(Ordering::Relaxed);
             self.tx_write_ops(o, now_millis(), max, interval, false)?;
+        } else if interval == 0 {
+            // Due at once: the op batch service writes it (`transaction_wait_ops` returns).
+            self.tx.op_wake.request();
         }
         Ok(())
+    }
+
+    /// The op batch service's wait between rounds: up to `timeout`, ended at once by an op
+    /// entry due at once (`transaction_op_batch_interval` = 0), `transaction_wake_ops` or
+    /// `stop_services`; true once the services are stopped. Holds nothing of the store.
+    pub fn transaction_wait_ops(&self, timeout: std::time::Duration) -> Result<bool> {
+        self.writable("transaction_wait_ops")?;
+        self.check_not_forked()?;
+        Ok(self.tx.op_wake.wait(timeout))
+    }
+
+    /// Ends a `transaction_wait_ops` in progress (the op service is asked to stop).
+    pub fn transaction_wake_ops(&self) {
+        self.tx.op_wake.request();
     }
 
     /// Writes the op messages due (see `crate::transaction::op::OpQueue::write_due`);
@@ -284,6 +301,7 @@ impl MessageStore {
     /// their offsets will hold other records), queued op entries of removed halves are
     /// dropped, and the check progress is clamped to the queues.
     pub(super) fn tx_after_truncate(&self, o: &Open) {
+        self.tx.truncations.fetch_add(1, Ordering::AcqRel);
         self.tx.table.clear();
         let top = |topic: &str| o.cqs.find(topic, 0).map_or(0, |cq| cq.max_offset());
         let half_end = top(HALF_TOPIC);
@@ -387,6 +405,9 @@ impl MessageStore {
     ) -> Result<(AppendResult, String)> {
         self.writable("prepare_message")?;
         self.with_open(|o| {
+            // Read in the same hold of the store's state as the append (a truncation takes it
+            // exclusively): see `LastHalf`.
+            let truncations = self.tx.truncations.load(Ordering::Acquire);
             let own = msg
                 .properties
                 .iter()
@@ -422,6 +443,7 @@ impl MessageStore {
             };
             // A generated id is new: no lookup. The message's own may name a known transaction.
             let fresh = own.is_none();
+            let cached_key = key.clone();
             let g = self.tx.table.lock(key);
             if !fresh && g.get().is_some() {
                 log::warn!(
@@ -472,6 +494,8 @@ impl MessageStore {
                     g.set(e);
                 }
                 TxCounters::add(&self.tx.counters.prepared, 1);
+                self.tx
+                    .remember_half(truncations, r.wrote_offset, id, cached_key);
             } else {
                 drop(g);
             }
@@ -495,11 +519,17 @@ impl MessageStore {
     fn end_in(&self, o: &Open, target: TxTarget, commit: bool) -> Result<EndOutcome> {
         // The id and the offset of the half named (its whole record is read only when the
         // table does not know the transaction).
-        let (id, named_at) = match target {
-            TxTarget::Offset(off) => (Self::tx_half_id_at(o, off)?, Some(off)),
-            TxTarget::Id(id) => (id, None),
+        let (id, named_at, key) = match target {
+            TxTarget::Offset(off) => match self.tx.recall_half(off) {
+                Some((id, key)) => (id, Some(off), Some(key)),
+                None => (Self::tx_half_id_at(o, off)?, Some(off), None),
+            },
+            TxTarget::Id(id) => (id, None, None),
         };
-        let mut g = self.tx.table.lock_id(&id);
+        let mut g = match key {
+            Some(key) => self.tx.table.lock(key),
+            None => self.tx.table.lock_id(&id),
+        };
         let ended = |how: &str| {
             Err(StoreError::TransactionEnded(format!(
                 "transaction {id} was already {how}"

@@ -91,7 +91,7 @@ use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 
 use crate::commitlog::AppendResult;
 
-pub(crate) use table::{TxEntry, TxPhase, TxTable};
+pub(crate) use table::{TxEntry, TxKey, TxPhase, TxTable};
 
 pub use check::{CheckParams, CheckStep};
 pub use pending::PendingTx;
@@ -177,6 +177,59 @@ impl TxCounters {
     }
 }
 
+/// The half this thread prepared last, so that ending it by its offset (the usual
+/// `end_transaction(result.wrote_offset, ...)` right after `prepare_message`) needs no read
+/// of the half's record to learn its id. Keyed by the store (`TxState::serial`) and its
+/// truncation count (`TxState::truncations`, read in the same hold of the store's state as
+/// the append): a truncation, which could put another record at that offset, makes it stale.
+/// Even a stale id could not end another transaction: the commit reads the half again under
+/// the transaction's lock and refuses a record of another id.
+#[derive(Default)]
+pub(crate) struct LastHalf {
+    store: u64,
+    truncations: u64,
+    offset: i64,
+    id: String,
+    /// The id as the table's key (not parsed again).
+    key: Option<TxKey>,
+}
+
+thread_local! {
+    static LAST_HALF: std::cell::RefCell<LastHalf> = std::cell::RefCell::new(LastHalf::default());
+}
+
+/// Serials of `TxState`s (0: none).
+static SERIALS: AtomicU64 = AtomicU64::new(1);
+
+impl TxState {
+    /// Remembers, for this thread, that the half at `offset` is transaction `id`;
+    /// `truncations` as read before the half was appended.
+    pub(crate) fn remember_half(&self, truncations: u64, offset: i64, id: &str, key: TxKey) {
+        LAST_HALF.with(|l| {
+            let mut l = l.borrow_mut();
+            l.store = self.serial;
+            l.truncations = truncations;
+            l.offset = offset;
+            l.id.clear();
+            l.id.push_str(id);
+            l.key = Some(key);
+        });
+    }
+
+    /// The id of the half at `offset` when this thread prepared it last and no truncation
+    /// happened since.
+    pub(crate) fn recall_half(&self, offset: i64) -> Option<(String, TxKey)> {
+        let truncations = self.truncations.load(Ordering::Acquire);
+        LAST_HALF.with(|l| {
+            let l = l.borrow();
+            if l.store != self.serial || l.truncations != truncations || l.offset != offset {
+                return None;
+            }
+            l.key.clone().map(|k| (l.id.clone(), k))
+        })
+    }
+}
+
 /// The store's transaction state: table, op queue, progress, counters.
 #[derive(Debug)]
 pub(crate) struct TxState {
@@ -190,7 +243,14 @@ pub(crate) struct TxState {
     /// defaults until then): an end that makes the queued text reach it writes at once.
     pub(crate) op_max_size: AtomicI32,
     pub(crate) op_interval_ms: AtomicI64,
+    /// Wakes the op batch service (an entry due at once: interval 0).
+    pub(crate) op_wake: op::OpWake,
     pub(crate) counters: TxCounters,
+    /// This state's serial (`LastHalf`'s key).
+    pub(crate) serial: u64,
+    /// Truncations of the store (`MessageStore::truncate_files`), counted under the state's
+    /// write lock.
+    pub(crate) truncations: AtomicU64,
 }
 
 impl TxState {
@@ -202,7 +262,10 @@ impl TxState {
             op_progress: AtomicI64::new(0),
             op_max_size: AtomicI32::new(DEFAULT_OP_MSG_MAX_SIZE),
             op_interval_ms: AtomicI64::new(DEFAULT_OP_BATCH_INTERVAL_MS),
+            op_wake: op::OpWake::default(),
             counters: TxCounters::default(),
+            serial: SERIALS.fetch_add(1, Ordering::Relaxed),
+            truncations: AtomicU64::new(0),
         }
     }
 }

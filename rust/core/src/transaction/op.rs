@@ -9,8 +9,9 @@
 //! (the exactly-once lookup does not need it: a committed transaction is found by its real
 //! message).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 use crate::commitlog::AppendResult;
 
@@ -172,6 +173,58 @@ impl OpQueue {
     }
 }
 
+/// Wakes the op batch service when an entry is due at once (`transaction_op_batch_interval`
+/// = 0: RocketMQ's `deletePrepareMessage` wakes its `TransactionalOpBatchService`), from the
+/// ending thread, without a call into Python per transaction: one atomic load while a wake is
+/// already pending.
+#[derive(Debug, Default)]
+pub(crate) struct OpWake {
+    requested: AtomicBool,
+    stopped: AtomicBool,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl OpWake {
+    fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Asks the service for a round.
+    pub(crate) fn request(&self) {
+        if !self.requested.load(Ordering::Acquire) && !self.requested.swap(true, Ordering::AcqRel) {
+            let _g = self.guard();
+            self.cv.notify_all();
+        }
+    }
+
+    /// Waits up to `timeout` for a request or a stop, then clears the request (entries queued
+    /// after this returns ask again); true once stopped.
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
+        let idle =
+            || !self.requested.load(Ordering::Acquire) && !self.stopped.load(Ordering::Acquire);
+        if idle() {
+            let g = self.guard();
+            if idle() {
+                drop(
+                    self.cv
+                        .wait_timeout(g, timeout)
+                        .unwrap_or_else(|p| p.into_inner()),
+                );
+            }
+        }
+        self.requested.store(false, Ordering::Release);
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Ends every wait, now and later (the services stop).
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let _g = self.guard();
+        self.cv.notify_all();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,6 +272,35 @@ mod tests {
         assert_eq!(bodies[2], "8,9,");
         assert_eq!(r.next_run_ms, 0);
         assert_eq!(q.queued(), 0);
+    }
+
+    #[test]
+    fn the_wake_ends_a_wait_at_once_and_is_not_lost() {
+        use std::time::Instant;
+        let w = std::sync::Arc::new(OpWake::default());
+        // A request before the wait: the wait returns at once, and clears it.
+        w.request();
+        let t = Instant::now();
+        assert!(!w.wait(Duration::from_secs(10)));
+        assert!(t.elapsed() < Duration::from_secs(5));
+        // No request: the wait times out.
+        let t = Instant::now();
+        assert!(!w.wait(Duration::from_millis(30)));
+        assert!(t.elapsed() >= Duration::from_millis(25));
+        // A request from another thread during the wait ends it.
+        let w2 = std::sync::Arc::clone(&w);
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            w2.request();
+        });
+        let t = Instant::now();
+        assert!(!w.wait(Duration::from_secs(20)));
+        assert!(t.elapsed() < Duration::from_secs(10));
+        h.join().unwrap();
+        // Stopped: every wait returns at once, saying so.
+        w.stop();
+        assert!(w.wait(Duration::from_secs(20)));
+        assert!(w.wait(Duration::from_secs(20)));
     }
 
     #[test]
