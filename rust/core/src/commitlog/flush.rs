@@ -2,10 +2,6 @@
 //! buffers copied into the files, `CommitRealTimeService`), the flush service's round
 //! (`FlushRealTimeService`) and a full commit-and-force.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex};
-use std::time::Duration;
-
 use super::CommitLog;
 use crate::error::Result;
 
@@ -13,47 +9,7 @@ use crate::error::Result;
 /// for a commit round without a system call unless the service is idle. Shared with the store,
 /// so that the service waits without holding the store open (a truncation or close waits for
 /// calls in flight).
-#[derive(Default)]
-pub(crate) struct CommitRequests {
-    /// A put appended since the service last looked (`wakeCommitWhenPutMessage`).
-    requested: AtomicBool,
-    stopped: AtomicBool,
-    lock: Mutex<()>,
-    cv: Condvar,
-}
-
-impl CommitRequests {
-    /// Asks for a round: one atomic load when a request is already pending.
-    pub(crate) fn request(&self) {
-        if !self.requested.load(Ordering::Acquire) && !self.requested.swap(true, Ordering::AcqRel) {
-            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-            self.cv.notify_one();
-        }
-    }
-
-    /// Waits up to `timeout` for a request (or a stop), then clears it; true once stopped.
-    pub(crate) fn wait(&self, timeout: Duration) -> bool {
-        if !self.requested.load(Ordering::Acquire) && !self.stopped.load(Ordering::Acquire) {
-            let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-            if !self.requested.load(Ordering::Acquire) && !self.stopped.load(Ordering::Acquire) {
-                drop(
-                    self.cv
-                        .wait_timeout(g, timeout)
-                        .unwrap_or_else(|p| p.into_inner()),
-                );
-            }
-        }
-        self.requested.store(false, Ordering::Release);
-        self.stopped.load(Ordering::Acquire)
-    }
-
-    /// Ends the service's waits (shutdown).
-    pub(crate) fn stop(&self) {
-        self.stopped.store(true, Ordering::Release);
-        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.cv.notify_all();
-    }
-}
+pub(crate) type CommitRequests = crate::wait::RoundRequests;
 
 /// What one commit round did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -9,9 +9,8 @@
 //! (the exactly-once lookup does not need it: a committed transaction is found by its real
 //! message).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::commitlog::AppendResult;
 
@@ -177,58 +176,13 @@ impl OpQueue {
 /// = 0: RocketMQ's `deletePrepareMessage` wakes its `TransactionalOpBatchService`), from the
 /// ending thread, without a call into Python per transaction: one atomic load while a wake is
 /// already pending.
-#[derive(Debug, Default)]
-pub(crate) struct OpWake {
-    requested: AtomicBool,
-    stopped: AtomicBool,
-    lock: Mutex<()>,
-    cv: Condvar,
-}
-
-impl OpWake {
-    fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.lock.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Asks the service for a round.
-    pub(crate) fn request(&self) {
-        if !self.requested.load(Ordering::Acquire) && !self.requested.swap(true, Ordering::AcqRel) {
-            let _g = self.guard();
-            self.cv.notify_all();
-        }
-    }
-
-    /// Waits up to `timeout` for a request or a stop, then clears the request (entries queued
-    /// after this returns ask again); true once stopped.
-    pub(crate) fn wait(&self, timeout: Duration) -> bool {
-        let idle =
-            || !self.requested.load(Ordering::Acquire) && !self.stopped.load(Ordering::Acquire);
-        if idle() {
-            let g = self.guard();
-            if idle() {
-                drop(
-                    self.cv
-                        .wait_timeout(g, timeout)
-                        .unwrap_or_else(|p| p.into_inner()),
-                );
-            }
-        }
-        self.requested.store(false, Ordering::Release);
-        self.stopped.load(Ordering::Acquire)
-    }
-
-    /// Ends every wait, now and later (the services stop).
-    pub(crate) fn stop(&self) {
-        self.stopped.store(true, Ordering::Release);
-        let _g = self.guard();
-        self.cv.notify_all();
-    }
-}
+pub(crate) type OpWake = crate::wait::RoundRequests;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::format::PutMessageStatus;
+    use std::time::Duration;
 
     fn ok() -> AppendResult {
         AppendResult {

@@ -4,6 +4,8 @@
 //! - [`offset`]: threads that wait until an offset is reached (group commit's producers wait
 //!   for the flushed offset to pass their record; HA will wait for a slave to ack an offset).
 //! - [`signal`]: the condition a polling service thread sleeps on between rounds (dispatch).
+//! - [`request`]: a service thread's sleep between rounds that other threads can cut short by
+//!   asking for a round (the transient pool's commit, the transactions' op batches).
 //!
 //! Short waits spin before they sleep. Waking a sleeping thread on an idle CPU is slow where
 //! CPUs are virtual (a halted vCPU must be woken by its host: 20-50 us measured on the
@@ -16,9 +18,11 @@
 //! `benches/README.md` (issue 4).
 
 pub(crate) mod offset;
+pub(crate) mod request;
 pub(crate) mod signal;
 
 pub(crate) use offset::{spin_then_park, Waiters};
+pub(crate) use request::RoundRequests;
 pub(crate) use signal::DataSignal;
 
 use std::time::Instant;
