@@ -127,12 +127,18 @@ def test_read_only_while_the_writer_holds_the_store(
 
 LIVE_WRITER = textwrap.dedent(
     """
-    import sys, rmqstore
+    import sys, time, rmqstore
     from rmqwire import SMALL_STORE
     store = rmqstore.MessageStore(sys.argv[1], **SMALL_STORE)
     print("READY", flush=True)
     i = 0
     while True:
+        # At most about 20,000 messages a second: with SMALL_STORE's 1,000-byte consume queue
+        # files, an unthrottled writer made over 20,000 files (each open store holds a
+        # descriptor per file) within the test's seconds, and the final open ran out of file
+        # descriptors (EMFILE).
+        if i % 20 == 19:
+            time.sleep(0.001)
         body = (f"live-{i}-" * (1 + i % 13)).encode()
         if i % 4 == 0:
             r = store.put_messages("Live", i % 2, [body, body + b"+"], tags="TagB")
