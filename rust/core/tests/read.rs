@@ -821,19 +821,13 @@ fn fill_varied(store: &MessageStore, topic: &str, n: usize) {
         let bodies: Vec<Vec<u8>> = (i..i + run)
             .map(|j| format!("b{j}").repeat(1 + j % 4).into_bytes())
             .collect();
-        let bodies: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
-        let r = store
-            .put_messages(&Batch {
-                topic,
-                queue_id: 0,
-                bodies: &bodies,
-                properties: &properties,
-                flag: 0,
-                born_timestamp: 1_700_000_000_000 + i as i64,
-                born_host: None,
-            })
-            .unwrap();
-        assert!(r.is_ok());
+        common::put_batch(
+            store,
+            topic,
+            &bodies,
+            &properties,
+            1_700_000_000_000 + i as i64,
+        );
         i += run;
     }
     drain(store);

@@ -13,7 +13,7 @@ use rmqstore_core::format::sysflag;
 use rmqstore_core::read::{
     BatchColumns, BodyLayout, Column, ColumnMask, ReadRequest, PARALLEL_READ_UNITS,
 };
-use rmqstore_core::{Batch, Message, MessageStore, StoreConfig, StoreError};
+use rmqstore_core::{Message, MessageStore, StoreConfig, StoreError};
 
 fn config(seg: i64) -> StoreConfig {
     StoreConfig {
@@ -77,19 +77,13 @@ fn fill(store: &MessageStore, topic: &str, n: usize) {
         }
         let run = (1 + i % 6).min(n - i);
         let bodies: Vec<Vec<u8>> = (i..i + run).map(body).collect();
-        let bodies: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
-        let r = store
-            .put_messages(&Batch {
-                topic,
-                queue_id: 0,
-                bodies: &bodies,
-                properties: &properties,
-                flag: 0,
-                born_timestamp: 1_700_000_000_000 + i as i64,
-                born_host: None,
-            })
-            .unwrap();
-        assert!(r.is_ok());
+        common::put_batch(
+            store,
+            topic,
+            &bodies,
+            &properties,
+            1_700_000_000_000 + i as i64,
+        );
         i += run;
     }
     dispatch(store);

@@ -42,3 +42,27 @@ pub fn copy_store(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Puts `bodies` to queue 0 of `topic` as one batch with `properties`, born at `born`, and
+/// checks it was stored.
+pub fn put_batch(
+    store: &rmqstore_core::MessageStore,
+    topic: &str,
+    bodies: &[Vec<u8>],
+    properties: &[(String, String)],
+    born: i64,
+) {
+    let bodies: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+    let r = store
+        .put_messages(&rmqstore_core::Batch {
+            topic,
+            queue_id: 0,
+            bodies: &bodies,
+            properties,
+            flag: 0,
+            born_timestamp: born,
+            born_host: None,
+        })
+        .unwrap();
+    assert!(r.is_ok());
+}
