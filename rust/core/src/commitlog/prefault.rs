@@ -111,19 +111,10 @@ fn gap(queue: &MappedFileQueue, st: &mut PrefaultState, window: i64) -> Option<G
 }
 
 impl CommitLog {
-    /// True when a prefault round would fault pages in now (see [`CommitLog::prefault`]).
-    pub(crate) fn prefault_due(&self, window: i64) -> bool {
-        if window <= 0 || self.read_only {
-            return false;
-        }
-        let mut st = self.prefault.lock().unwrap_or_else(|p| p.into_inner());
-        gap(&self.queue, &mut st, window).is_some()
-    }
-
     /// One prefault round: faults in the pages of the segment being appended to from where the
     /// last round stopped (or the write position, when the appender passed it) up to the
     /// distance ahead of the write position (at most `window` bytes), in chunks, until `stop`.
-    /// Returns the bytes faulted in. A kernel refusal ends the round quietly (the appender
+    /// Returns the bytes faulted in (0: nothing was due). A kernel refusal ends the round quietly (the appender
     /// faults the pages itself, as without the service) and is logged once per segment.
     pub(crate) fn prefault(&self, window: i64, stop: &AtomicBool) -> i64 {
         if window <= 0 || self.read_only {

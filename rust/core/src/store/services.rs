@@ -59,8 +59,8 @@ impl MessageStore {
                     stopped: true,
                 });
             }
-            if self.with_open(|o| o.commitlog.prefault_due(window))? {
-                let bytes = self.with_open(|o| o.commitlog.prefault(window, &self.stopping))?;
+            let bytes = self.with_open(|o| o.commitlog.prefault(window, &self.stopping))?;
+            if bytes > 0 {
                 return Ok(PrefaultStep {
                     bytes,
                     stopped: false,
