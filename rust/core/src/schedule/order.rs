@@ -16,6 +16,20 @@ pub(crate) fn spread(key: &str) -> u32 {
     h ^ (h >> 16)
 }
 
+/// [`spread`] of an ASCII name, computed by the compiler for the names the store knows
+/// (a name that is not ASCII would hash its UTF-16 units; none of them is).
+pub(crate) const fn spread_ascii(key: &str) -> u32 {
+    let b = key.as_bytes();
+    let mut h: i32 = 0;
+    let mut i = 0;
+    while i < b.len() {
+        h = h.wrapping_mul(31).wrapping_add(b[i] as i32);
+        i += 1;
+    }
+    let h = h as u32;
+    h ^ (h >> 16)
+}
+
 /// Capacity of a `HashMap<>(128)` holding `n` keys.
 pub(crate) fn capacity_for(n: usize) -> u32 {
     let mut cap: u32 = 128;

@@ -161,7 +161,7 @@ pub struct MessageStore {
     /// Transactional messages: the table, the op queue, the check progress, the counters.
     tx: crate::transaction::TxState,
     /// One transaction check round at a time (`transaction_check`).
-    tx_check_round: Mutex<()>,
+    tx_check_round: Mutex<transaction_check::CheckScratch>,
 }
 
 /// Dispatch chunk used while opening (catch-up before the store is handed out).

@@ -299,7 +299,7 @@ impl MessageStore {
             schedule: super::schedule::ScheduleProgress::new(levels),
             timer: None,
             tx: crate::transaction::TxState::new(),
-            tx_check_round: std::sync::Mutex::new(()),
+            tx_check_round: std::sync::Mutex::default(),
         }
     }
 

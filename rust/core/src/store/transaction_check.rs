@@ -63,6 +63,17 @@ const UNIT_CHUNK: usize = 1024;
 /// RocketMQ's `MAX_RETRY_COUNT_WHEN_HALF_NULL`: the second unreadable half of a round ends it.
 const MAX_NULL_HALVES: u32 = 1;
 
+/// The buffers a round leaves for the next one (under the one-round lock): a round of a
+/// thousand copies otherwise grows its batch to a few hundred KiB again, reallocating and
+/// copying as it goes, and faults in fresh pages for it.
+#[derive(Default)]
+pub(crate) struct CheckScratch {
+    batch: Option<EncodedRecords>,
+    props: String,
+    warm: Vec<Hashed>,
+    pending: Vec<PendingCopy>,
+}
+
 /// A copy encoded into the batch, not yet appended.
 struct PendingCopy {
     /// Its transaction's table key (hashed once, at the lookup).
@@ -137,11 +148,14 @@ impl MessageStore {
     pub fn transaction_check(&self, p: CheckParams, max_to_check: usize) -> Result<CheckStep> {
         self.writable("transaction_check")?;
         self.with_open(|o| {
-            let _one_round = self
+            let mut scratch = self
                 .tx_check_round
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            Round::new(self, o, p, max_to_check).run()
+            let mut round = Round::new(self, o, p, max_to_check, &mut scratch);
+            let step = round.run();
+            round.give_back(&mut scratch);
+            step
         })?
     }
 
@@ -250,7 +264,20 @@ fn clamp_to(cq: &Option<Arc<ConsumeQueue>>, offset: i64) -> i64 {
 }
 
 impl<'a> Round<'a> {
-    fn new(store: &'a MessageStore, o: &'a Open, p: CheckParams, max_to_check: usize) -> Self {
+    fn new(
+        store: &'a MessageStore,
+        o: &'a Open,
+        p: CheckParams,
+        max_to_check: usize,
+        scratch: &mut CheckScratch,
+    ) -> Self {
+        let mut batch = scratch
+            .batch
+            .take()
+            .unwrap_or_else(|| EncodedRecords::new(HALF_TOPIC, 0, true));
+        batch.clear();
+        let mut pending = std::mem::take(&mut scratch.pending);
+        pending.clear();
         Round {
             store,
             o,
@@ -263,14 +290,22 @@ impl<'a> Round<'a> {
                 next: 0,
                 last: LastOps::None,
             },
-            batch: EncodedRecords::new(HALF_TOPIC, 0, true),
-            pending: Vec::new(),
+            batch,
+            pending,
             asked: 0,
             restart: None,
-            props_buf: String::new(),
-            warm_scratch: Vec::new(),
+            props_buf: std::mem::take(&mut scratch.props),
+            warm_scratch: std::mem::take(&mut scratch.warm),
             step: CheckStep::default(),
         }
+    }
+
+    /// Leaves the round's buffers for the next round.
+    fn give_back(self, scratch: &mut CheckScratch) {
+        scratch.batch = Some(self.batch);
+        scratch.props = self.props_buf;
+        scratch.warm = self.warm_scratch;
+        scratch.pending = self.pending;
     }
 
     /// The progress as stored, moved into each queue's `[min, max]` (logged when it was
@@ -291,7 +326,7 @@ impl<'a> Round<'a> {
         (h2, op2)
     }
 
-    fn run(mut self) -> Result<CheckStep> {
+    fn run(&mut self) -> Result<CheckStep> {
         let half_cq = self.o.cqs.find(HALF_TOPIC, 0);
         let (half_offset, op_offset) = self.progress(&half_cq);
         self.mini = half_offset;
@@ -406,7 +441,7 @@ impl<'a> Round<'a> {
         TxCounters::add(&tx.counters.discarded, self.step.discarded.len() as u64);
         TxCounters::add(&tx.counters.already_committed, self.step.already_committed);
         self.step.done = done;
-        Ok(self.step)
+        Ok(std::mem::take(&mut self.step))
     }
 
     /// Brings the table entries of the transactions of `units` into the CPU caches
@@ -694,9 +729,10 @@ impl<'a> Round<'a> {
         }
         let placed = self.o.commitlog.append_encoded(&self.batch);
         self.batch.clear();
-        let pending = std::mem::take(&mut self.pending);
+        // Emptied here and handed back below (its allocation kept for the next batch).
+        let mut pending = std::mem::take(&mut self.pending);
         let mut restart = None;
-        for (k, c) in pending.into_iter().enumerate() {
+        for (k, c) in pending.drain(..).enumerate() {
             let Some(&(offset, queue_offset)) = placed.records.get(k) else {
                 if restart.is_none() {
                     log::error!(
@@ -737,6 +773,7 @@ impl<'a> Round<'a> {
         if let Some(r) = restart {
             self.restart = Some(self.restart.map_or(r, |old| old.min(r)));
         }
+        self.pending = pending;
         Ok(restart)
     }
 }

@@ -23,7 +23,9 @@
 //! round waits once for all its copies instead, see `store/transaction_check.rs`).
 
 use crate::format::{for_each_property, DecodedRecord, Message};
-use crate::schedule::order::{capacity_for, java_map_order, java_map_order_distinct, spread};
+use crate::schedule::order::{
+    capacity_for, java_map_order, java_map_order_distinct, spread, spread_ascii,
+};
 
 /// `MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES`.
 pub(crate) const TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
@@ -36,6 +38,42 @@ pub(crate) const TRANSACTION_ID: &str = "__transactionId__";
 /// `MessageConst.PROPERTY_PRODUCER_GROUP`.
 pub(crate) const PGROUP: &str = "PGROUP";
 
+/// The [`spread`] of each name the parse looks for (the compiler's).
+mod spreads {
+    use super::*;
+    use crate::format::property::{TAGS, UNIQ_KEY};
+    use crate::schedule::{REAL_QID, REAL_TOPIC};
+    pub(super) const CHECK_TIMES: u32 = spread_ascii(TRANSACTION_CHECK_TIMES);
+    pub(super) const IMMUNITY: u32 = spread_ascii(CHECK_IMMUNITY_TIME_IN_SECONDS);
+    pub(super) const PREPARED_QUEUE_OFFSET: u32 = spread_ascii(TRAN_PREPARED_QUEUE_OFFSET);
+    pub(super) const UNIQ: u32 = spread_ascii(UNIQ_KEY);
+    pub(super) const TX_ID: u32 = spread_ascii(TRANSACTION_ID);
+    pub(super) const TOPIC: u32 = spread_ascii(REAL_TOPIC);
+    pub(super) const QID: u32 = spread_ascii(REAL_QID);
+    pub(super) const GROUP: u32 = spread_ascii(PGROUP);
+    pub(super) const TAG: u32 = spread_ascii(TAGS);
+    /// Every name above with its spread.
+    pub(super) const KNOWN: [(&str, u32); 9] = [
+        (TRANSACTION_CHECK_TIMES, CHECK_TIMES),
+        (CHECK_IMMUNITY_TIME_IN_SECONDS, IMMUNITY),
+        (TRAN_PREPARED_QUEUE_OFFSET, PREPARED_QUEUE_OFFSET),
+        (UNIQ_KEY, UNIQ),
+        (TRANSACTION_ID, TX_ID),
+        (REAL_TOPIC, TOPIC),
+        (REAL_QID, QID),
+        (PGROUP, GROUP),
+        (TAGS, TAG),
+    ];
+}
+
+/// [`spread`] of `name`, from [`spreads::KNOWN`] when it is there.
+fn spread_of(name: &str) -> u32 {
+    spreads::KNOWN
+        .iter()
+        .find(|(k, _)| *k == name)
+        .map_or_else(|| spread(name), |&(_, s)| s)
+}
+
 /// Items a half's properties keep inline (more spill into a `Vec`).
 const INLINE_ITEMS: usize = 24;
 
@@ -44,14 +82,17 @@ const INLINE_ITEMS: usize = 24;
 #[derive(Debug, Default)]
 pub(crate) struct Items<'a> {
     inline: [(&'a str, &'a str); INLINE_ITEMS],
+    /// The [`spread`] of each inline item's name (the map's bucket before the mask).
+    spreads: [u32; INLINE_ITEMS],
     len: usize,
     spill: Vec<(&'a str, &'a str)>,
 }
 
 impl<'a> Items<'a> {
-    fn push(&mut self, item: (&'a str, &'a str)) {
+    fn push(&mut self, item: (&'a str, &'a str), spread: u32) {
         if self.len < INLINE_ITEMS {
             self.inline[self.len] = item;
+            self.spreads[self.len] = spread;
             self.len += 1;
             return;
         }
@@ -60,6 +101,15 @@ impl<'a> Items<'a> {
             self.spill.extend_from_slice(&self.inline);
         }
         self.spill.push(item);
+    }
+
+    /// The [`spread`] of item `i`'s name (kept for the inline items, computed for the rest).
+    fn spread(&self, i: usize) -> u32 {
+        if self.spill.is_empty() {
+            self.spreads[i]
+        } else {
+            spread(self.spill[i].0)
+        }
     }
 
     pub(crate) fn as_slice(&self) -> &[(&'a str, &'a str)] {
@@ -120,19 +170,27 @@ impl<'a> HalfProps<'a> {
                 return;
             };
             kept_len += k.len() + v.len() + 2;
-            p.items.push((k, v));
-            match k {
-                TRANSACTION_CHECK_TIMES => p.check_times = Some(v),
-                CHECK_IMMUNITY_TIME_IN_SECONDS => p.immunity = Some(v),
-                TRAN_PREPARED_QUEUE_OFFSET => p.prepared_queue_offset = Some(v),
-                crate::format::property::UNIQ_KEY => p.uniq_key = Some(v),
-                TRANSACTION_ID => p.transaction_id = Some(v),
-                crate::schedule::REAL_TOPIC => p.real_topic = Some(v),
-                crate::schedule::REAL_QID => p.real_qid = Some(v),
-                PGROUP => p.producer_group = Some(v),
-                crate::format::property::TAGS => p.tags = Some(v),
-                _ => {}
-            }
+            // The names looked for hash as the compiler computed them.
+            let (slot, known) = match k {
+                TRANSACTION_CHECK_TIMES => (&mut p.check_times, spreads::CHECK_TIMES),
+                CHECK_IMMUNITY_TIME_IN_SECONDS => (&mut p.immunity, spreads::IMMUNITY),
+                TRAN_PREPARED_QUEUE_OFFSET => {
+                    (&mut p.prepared_queue_offset, spreads::PREPARED_QUEUE_OFFSET)
+                }
+                crate::format::property::UNIQ_KEY => (&mut p.uniq_key, spreads::UNIQ),
+                TRANSACTION_ID => (&mut p.transaction_id, spreads::TX_ID),
+                crate::schedule::REAL_TOPIC => (&mut p.real_topic, spreads::TOPIC),
+                crate::schedule::REAL_QID => (&mut p.real_qid, spreads::QID),
+                PGROUP => (&mut p.producer_group, spreads::GROUP),
+                crate::format::property::TAGS => (&mut p.tags, spreads::TAG),
+                _ => {
+                    p.items.push((k, v), spread(k));
+                    return;
+                }
+            };
+            *slot = Some(v);
+            let s = known;
+            p.items.push((k, v), s);
         });
         let items = p.items.as_slice();
         // In the map's order, names of one bucket next to each other: a repeated name can
@@ -141,7 +199,7 @@ impl<'a> HalfProps<'a> {
         let mut ordered = true;
         let (mut last, mut run) = (0u32, 0usize);
         for (i, (k, _)) in items.iter().enumerate() {
-            let b = spread(k) & mask;
+            let b = p.items.spread(i) & mask;
             if i > 0 && b < last {
                 ordered = false;
                 break;
@@ -230,9 +288,9 @@ impl<'a> HalfProps<'a> {
         if mask != capacity_for(items.len()) - 1 {
             return false;
         }
-        let b = spread(name) & mask;
-        for (k, v) in items {
-            if spread(k) & mask > b {
+        let b = spread_of(name) & mask;
+        for (i, (k, v)) in items.iter().enumerate() {
+            if self.items.spread(i) & mask > b {
                 break;
             }
             at += k.len() + v.len() + 2;
@@ -390,6 +448,31 @@ mod tests {
             need_discard(Some("2147483646"), i32::MAX),
             CheckCount::Next(i32::MAX)
         );
+    }
+
+    #[test]
+    fn the_compilers_spreads_are_the_maps() {
+        for (name, s) in spreads::KNOWN {
+            assert_eq!(s, spread(name), "{name}");
+            assert_eq!(spread_of(name), spread(name), "{name}");
+        }
+        for name in ["KEYS", "WAIT", "", "é", "TAGS2"] {
+            assert_eq!(spread_of(name), spread(name), "{name}");
+        }
+        // Every parsed item carries its name's spread, inline or spilled.
+        let raw: String = (0..30)
+            .map(|i| match i {
+                3 => "UNIQ_KEY\u{1}AB\u{2}".to_owned(),
+                5 => "TAGS\u{1}t\u{2}".to_owned(),
+                _ => format!("n{i}\u{1}v\u{2}"),
+            })
+            .collect();
+        for cut in [raw.len(), raw.find("n10").unwrap()] {
+            let p = HalfProps::parse(&raw.as_bytes()[..cut]);
+            for (i, (k, _)) in p.items.as_slice().iter().enumerate() {
+                assert_eq!(p.items.spread(i), spread(k), "{k}");
+            }
+        }
     }
 
     #[test]
