@@ -60,8 +60,10 @@ def _run(
     batches: list[list[Row]] = []
     start = _allocations(spark) if fmt == JVM else []
 
+    props = options.get("includeProperties") == "true"
+
     def collect(df: Any, _batch_id: int) -> None:
-        batches.append(spark_rows(df))
+        batches.append(spark_rows(df, include_properties=props))
 
     query = (
         spark.readStream.format(fmt)
@@ -148,6 +150,54 @@ def test_stream_starts_at_latest_by_default(spark: Any, tmp_path: Path, fmt: str
     batches = _run(spark, path, checkpoint, fmt)
     rows = [r for b in batches for r in b]
     assert [r[-1] for r in rows] == [f"new-0-{i}".encode() for i in range(3)]
+
+
+def test_pattern_properties_and_starting_timestamp(spark: Any, tmp_path: Path, fmt: str) -> None:
+    """A topicPattern stream picks up a matching topic created between runs (and nothing
+    else), with the properties column; startingTimestamp starts each queue at the first
+    message stored at or after it."""
+    import time
+
+    path = tmp_path / "store"
+    checkpoint = tmp_path / "checkpoint"
+
+    def msgs(topic: str, count: int, tag: str) -> list[rmqstore.Message]:
+        return [
+            rmqstore.Message(topic, f"{tag}-{i}".encode(), properties={"n": str(i), "t": tag})
+            for i in range(count)
+        ]
+
+    put(path, msgs("P1", 4, "one") + msgs("Other", 2, "one"))
+    options = {
+        "topicPattern": "P[0-9]+",
+        "startingOffsets": "earliest",
+        "includeProperties": "true",
+    }
+    first = _run(spark, path, checkpoint, fmt, **options)
+    everything = stored_rows(path, include_properties=True)
+    assert sorted(r for b in first for r in b) == [r for r in everything if r[0] == "P1"]
+    put(path, msgs("P2", 3, "two") + msgs("P1", 1, "two") + msgs("Other2", 2, "two"))
+    second = _run(spark, path, checkpoint, fmt, **options)
+    new = sorted(set(stored_rows(path, include_properties=True)) - set(everything))
+    assert sorted(r for b in second for r in b) == [r for r in new if r[0].startswith("P")]
+    assert _last_offsets(checkpoint) == {"P1": {"0": 5}, "P2": {"0": 3}}
+
+    time.sleep(0.05)
+    since = int(time.time() * 1000)
+    time.sleep(0.05)
+    put(path, msgs("P1", 2, "three") + msgs("P3", 2, "three"))
+    third = _run(
+        spark,
+        path,
+        tmp_path / "checkpoint-ts",
+        fmt,
+        topicPattern="P[0-9]+",
+        startingTimestamp=str(since),
+    )
+    got = sorted(r for b in third for r in b)
+    assert got == [r for r in stored_rows(path) if r[0].startswith("P") and r[4] >= since]
+    assert {r[-1] for r in got} == {b"three-0", b"three-1"}
+    assert len(got) == 4
 
 
 def _drop_first_consume_queue_file(path: Path, topic: str, queue_id: int) -> None:
@@ -357,7 +407,7 @@ def test_rate_limit_gives_small_queues_one_and_caps_at_the_end() -> None:
     assert _rate_limit(start, until, 1000) == until
 
 
-@pytest.mark.parametrize("first,second", [(PY, JVM), (JVM, PY)])
+@pytest.mark.parametrize(("first", "second"), [(PY, JVM), (JVM, PY)])
 def test_a_checkpoint_is_read_by_both_sources(
     spark: Any, tmp_path: Path, first: str, second: str
 ) -> None:
