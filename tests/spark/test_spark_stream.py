@@ -1,8 +1,7 @@
 """Streaming reads: rate limit, restarts from the checkpoint, new queues, consumer offsets.
 
 Every test runs against both sources: the Python data source (format ``rmqstore``) and the JVM
-connector (format ``rmqstore-jvm``, the jar `make jar` builds). The JVM connector does not
-commit consumer group offsets yet: it refuses ``consumerGroup`` (docs/spark-jvm.md)."""
+connector (format ``rmqstore-jvm``, the jar `make jar` builds)."""
 
 from __future__ import annotations
 
@@ -114,9 +113,8 @@ def test_rate_limit_restart_new_queue_and_group(spark: Any, tmp_path: Path, fmt:
         "topics": "S",
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": "6",
+        "consumerGroup": "spark-group",
     }
-    if fmt == PY:
-        options["consumerGroup"] = "spark-group"
     first = _run(spark, path, checkpoint, fmt, **options)
     # Kafka's proration over backlogs 10 and 5: 4+2, then 4+2 of 6 and 3, then the 2+1 left.
     assert [len(b) for b in first] == [6, 6, 3]
@@ -124,7 +122,7 @@ def test_rate_limit_restart_new_queue_and_group(spark: Any, tmp_path: Path, fmt:
     assert _last_offsets(checkpoint) == {"S": {"0": 10, "1": 5}}
     # Spark commits a batch to the source when it plans the next one: the group's offsets are
     # the second batch's end; the last batch is committed by the next run.
-    assert _group_offsets(path, "S", 3) == ([8, 4, -1] if fmt == PY else [-1, -1, -1])
+    assert _group_offsets(path, "S", 3) == [8, 4, -1]
 
     # Between two runs: 4 more messages on queue 0 and a new queue 2 with 3.
     put(path, _messages("S", 0, 4, "two") + _messages("S", 2, 3, "two"))
@@ -136,7 +134,22 @@ def test_rate_limit_restart_new_queue_and_group(spark: Any, tmp_path: Path, fmt:
     # Neither run lost or repeated a message.
     assert sorted(r for b in first + second for r in b) == stored_rows(path)
     assert _last_offsets(checkpoint) == {"S": {"0": 14, "1": 5, "2": 3}}
-    assert _group_offsets(path, "S", 3) == ([13, 5, 2] if fmt == PY else [-1, -1, -1])
+    assert _group_offsets(path, "S", 3) == [13, 5, 2]
+
+
+def test_a_damaged_offset_table_fails_the_commit(spark: Any, tmp_path: Path, fmt: str) -> None:
+    """A consumer group commit never guesses: an undecodable consumerOffset.json with no
+    .bak fails the query with the store's message and is left as it was."""
+    path = tmp_path / "store"
+    put(path, _messages("G", 0, 4, "x"))
+    table = path / "config" / "consumerOffset.json"
+    table.parent.mkdir(exist_ok=True)
+    table.write_text('{"offsetTable": {"G@spark-group": {"0": 1, "0": 2}}}')
+    options = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": "2"}
+    with pytest.raises(Exception, match=r"consumerOffset.json is unusable \(key '0' appears twice in one object\) and there is no"):
+        _run(spark, path, tmp_path / "checkpoint", fmt, consumerGroup="spark-group", **options)
+    assert table.read_text() == '{"offsetTable": {"G@spark-group": {"0": 1, "0": 2}}}'
+    assert not (path / "config" / "consumerOffset.json.bak").exists()
 
 
 def test_stream_starts_at_latest_by_default(spark: Any, tmp_path: Path, fmt: str) -> None:
@@ -276,7 +289,6 @@ def test_stream_reads_while_another_process_writes(spark: Any, tmp_path: Path, f
     lock = threading.Lock()
     batches: list[list[Row]] = []
     start = _allocations(spark) if fmt == JVM else []
-    group = {"consumerGroup": "spark-group"} if fmt == PY else {}
 
     def collect(df: Any, _batch_id: int) -> None:
         rows = spark_rows(df)
@@ -289,7 +301,7 @@ def test_stream_reads_while_another_process_writes(spark: Any, tmp_path: Path, f
         assert writer.stdout.readline().strip() == "open"
         query = (
             spark.readStream.format(fmt)
-            .options(**store_options(path, startingOffsets="earliest", **group))
+            .options(**store_options(path, startingOffsets="earliest", consumerGroup="spark-group"))
             .load()
             .writeStream.trigger(processingTime="200 milliseconds")
             .option("checkpointLocation", str(tmp_path / "checkpoint"))
@@ -456,9 +468,6 @@ def test_jvm_stream_options_are_checked_as_the_python_sources(spark: Any, tmp_pa
         _start_jvm_stream(spark, path, tmp_path, maxOffsetsPerTrigger="0")
     with pytest.raises(Exception, match="consumerGroup 'g@t' contains '@'"):
         _start_jvm_stream(spark, path, tmp_path, consumerGroup="g@t")
-    # Consumer group commits need the consumer offset table in the core: refused, not ignored.
-    with pytest.raises(Exception, match="consumerGroup is not supported by the rmqstore-jvm"):
-        _start_jvm_stream(spark, path, tmp_path, consumerGroup="spark-group")
     with pytest.raises(Exception, match="option 'consumerGroup' does not apply to batch reads"):
         spark.read.format(JVM).options(**store_options(path, consumerGroup="g")).load().collect()
     assert _settled(spark, start) == start

@@ -13,7 +13,10 @@ import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import rmqstore.jni.NativeStore;
+import rmqstore.jni.StoreLockedException;
 import rmqstore.spark.StreamOffset.QueueKey;
 
 /**
@@ -23,13 +26,15 @@ import rmqstore.spark.StreamOffset.QueueKey;
  * their backlogs (Kafka's rateLimit, {@link #rateLimit}); {@code Trigger.AvailableNow} stops at
  * the queues' ends when it was prepared; queues that appear between batches are read from their
  * first readable offset; offsets removed before they were read fail the batch or are skipped
- * ({@code failOnDataLoss}). The tasks are the batch path's ({@link Planner#pack}, {@link
+ * ({@code failOnDataLoss}); {@code consumerGroup} records each committed batch's end as the
+ * group's offsets ({@link #commit}). The tasks are the batch path's ({@link Planner#pack}, {@link
  * ColumnarReader}).
  *
  * <p>The driver keeps one read-only handle on the store for the stream's life (the stores are
  * shared per JVM, so the tasks of a local session use the same one); {@link #stop} closes it.
  */
 final class RmqMicroBatchStream implements MicroBatchStream, SupportsTriggerAvailableNow {
+  private static final Logger LOG = LoggerFactory.getLogger("rmqstore.spark");
   private final ReadOptions opts;
   private final StructType schema;
   private StoreHandle store;
@@ -39,13 +44,6 @@ final class RmqMicroBatchStream implements MicroBatchStream, SupportsTriggerAvai
   private Map<QueueKey, Long> latest;
 
   RmqMicroBatchStream(ReadOptions opts, StructType schema) {
-    if (opts.consumerGroup != null) {
-      throw ReadOptions.bad(
-          "consumerGroup is not supported by the "
-              + RmqStoreJvmSource.SHORT_NAME
-              + " source yet (the consumer offset table, config/consumerOffset.json, is written"
-              + " by the Python API only); use the 'rmqstore' format to commit a group's offsets");
-    }
     this.opts = opts;
     this.schema = schema;
   }
@@ -235,9 +233,41 @@ final class RmqMicroBatchStream implements MicroBatchStream, SupportsTriggerAvai
     return new ReaderFactory(opts, schema);
   }
 
+  /**
+   * Records {@code end} as the {@code consumerGroup}'s offsets in the store's
+   * config/consumerOffset.json, through the core (NativeStore.commitOffsets takes the store's
+   * lock for the write). While another process holds the lock (a writer), the commit is
+   * skipped with a warning instead of failing the query, as the Python source does.
+   */
   @Override
   public void commit(Offset end) {
-    // Nothing to do: the offsets live in Spark's checkpoint (consumerGroup is refused above).
+    String group = opts.consumerGroup;
+    if (group == null) {
+      return;
+    }
+    TreeMap<String, List<long[]>> byTopic = new TreeMap<>();
+    for (Map.Entry<QueueKey, Long> e : ((StreamOffset) end).asMap().entrySet()) {
+      byTopic
+          .computeIfAbsent(e.getKey().topic, t -> new ArrayList<>())
+          .add(new long[] {e.getKey().queueId, e.getValue()});
+    }
+    try {
+      for (Map.Entry<String, List<long[]>> e : byTopic.entrySet()) {
+        List<long[]> queues = e.getValue();
+        int[] ids = new int[queues.size()];
+        long[] offsets = new long[queues.size()];
+        for (int i = 0; i < ids.length; i++) {
+          ids[i] = (int) queues.get(i)[0];
+          offsets[i] = queues.get(i)[1];
+        }
+        NativeStore.commitOffsets(opts.path, group, e.getKey(), ids, offsets);
+      }
+    } catch (StoreLockedException e) {
+      LOG.warn(
+          "consumer group '{}': offsets not recorded, the store is locked by a writer ({})",
+          group,
+          e.getMessage());
+    }
   }
 
   @Override
