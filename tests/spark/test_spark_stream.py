@@ -146,7 +146,8 @@ def test_a_damaged_offset_table_fails_the_commit(spark: Any, tmp_path: Path, fmt
     table.parent.mkdir(exist_ok=True)
     table.write_text('{"offsetTable": {"G@spark-group": {"0": 1, "0": 2}}}')
     options = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": "2"}
-    with pytest.raises(Exception, match=r"consumerOffset.json is unusable \(key '0' appears twice in one object\) and there is no"):
+    unusable = r"consumerOffset.json is unusable \(key '0' appears twice in one object\) and there"
+    with pytest.raises(Exception, match=unusable):
         _run(spark, path, tmp_path / "checkpoint", fmt, consumerGroup="spark-group", **options)
     assert table.read_text() == '{"offsetTable": {"G@spark-group": {"0": 1, "0": 2}}}'
     assert not (path / "config" / "consumerOffset.json.bak").exists()
