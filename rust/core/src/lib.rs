@@ -25,6 +25,7 @@ pub mod transaction;
 pub(crate) mod wait;
 
 pub mod config;
+pub mod consumer_offsets;
 pub mod error;
 pub mod fork;
 pub(crate) mod util;

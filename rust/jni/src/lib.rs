@@ -48,6 +48,7 @@ type Outcome<T> = Result<T, Failure>;
 fn exception_class(e: &StoreError) -> &'static str {
     match e {
         StoreError::Io { .. } => "rmqstore/jni/StoreIOException",
+        StoreError::Locked { .. } => "rmqstore/jni/StoreLockedException",
         StoreError::Corrupted { .. } | StoreError::CorruptRecord { .. } => {
             "rmqstore/jni/StoreCorruptedException"
         }
@@ -188,6 +189,49 @@ pub extern "system" fn Java_rmqstore_jni_NativeStore_open<'l>(
         Ok(registry::open(
             &path,
             names.into_iter().zip(values).collect(),
+        )?)
+    })
+}
+
+/// `void commitOffsets(String path, String group, String topic, int[] queueIds, long[]
+/// offsets)`: records a consumer group's offsets of a topic's queues in the store's
+/// `config/consumerOffset.json`, taking the store's lock for the write (a held lock throws
+/// `StoreLockedException`).
+#[no_mangle]
+pub extern "system" fn Java_rmqstore_jni_NativeStore_commitOffsets<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    path: JString<'l>,
+    group: JString<'l>,
+    topic: JString<'l>,
+    queue_ids: jni::objects::JIntArray<'l>,
+    offsets: JLongArray<'l>,
+) {
+    guard(&mut env, |env| {
+        let path = string(env, &path, "path")?;
+        let group = string(env, &group, "group")?;
+        let topic = string(env, &topic, "topic")?;
+        if queue_ids.is_null() || offsets.is_null() {
+            return Err(Failure::Argument(
+                "queue ids or offsets are null".to_owned(),
+            ));
+        }
+        let n = env.get_array_length(&queue_ids)?;
+        if env.get_array_length(&offsets)? != n {
+            return Err(Failure::Argument(
+                "as many offsets as queue ids are needed".to_owned(),
+            ));
+        }
+        let mut ids = vec![0i32; n as usize];
+        let mut values = vec![0i64; n as usize];
+        env.get_int_array_region(&queue_ids, 0, &mut ids)?;
+        env.get_long_array_region(&offsets, 0, &mut values)?;
+        let pairs: Vec<(i32, i64)> = ids.into_iter().zip(values).collect();
+        Ok(rmqstore_core::consumer_offsets::commit_offsets(
+            std::path::Path::new(&path),
+            &group,
+            &topic,
+            &pairs,
         )?)
     })
 }

@@ -54,6 +54,14 @@ public final class NativeStore {
   /** A handle on the store at {@code path} opened read-only with these StoreConfig settings. */
   public static native long open(String path, String[] settingNames, String[] settingValues);
 
+  /**
+   * Records {@code group}'s offsets (the next to consume) of {@code topic}'s queues in the
+   * store's config/consumerOffset.json, durably, through the core; takes the store's lock for
+   * the write and throws {@link StoreLockedException} while a writer holds it.
+   */
+  public static native void commitOffsets(
+      String path, String group, String topic, int[] queueIds, long[] offsets);
+
   /** Closes a handle (a closed or unknown handle is ignored). */
   public static native void close(long handle);
 

@@ -84,7 +84,7 @@ final class Planner {
   }
 
   /** (topic, queue id) pairs the selection options name, sorted. */
-  private static List<String[]> selectedQueues(long store, ReadOptions opts) {
+  static List<String[]> selectedQueues(long store, ReadOptions opts) {
     String[] all = NativeStore.topics(store);
     List<String> present = new ArrayList<>(Arrays.asList(all));
     present.sort(null);
@@ -220,7 +220,7 @@ final class Planner {
     }
   }
 
-  private static void checkJsonTopics(
+  static void checkJsonTopics(
       String name, Map<String, Map<Integer, Long>> spec, TreeSet<String> selected) {
     for (Map.Entry<String, Map<Integer, Long>> e : spec.entrySet()) {
       for (Integer q : e.getValue().keySet()) {
@@ -233,7 +233,7 @@ final class Planner {
     }
   }
 
-  private static long resolve(
+  static long resolve(
       String word,
       Map<String, Map<Integer, Long>> spec,
       String topic,

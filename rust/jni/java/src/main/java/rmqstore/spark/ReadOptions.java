@@ -34,7 +34,7 @@ final class ReadOptions implements Serializable {
   static final String OFFSETS_EXAMPLE = "{\"TopicA\":{\"0\":23,\"1\":-1},\"TopicB\":{\"0\":-2}}";
   static final String ASSIGN_EXAMPLE = "{\"TopicA\":[0,1]}";
 
-  private static final Set<String> KNOWN =
+  private static final Set<String> COMMON =
       Set.of(
           "path",
           "rowsperpartition",
@@ -44,10 +44,9 @@ final class ReadOptions implements Serializable {
           "startingoffsets",
           "startingtimestamp",
           "failondataloss",
-          "includeproperties",
-          "endingoffsets",
-          "endingtimestamp",
-          "minpartitions");
+          "includeproperties");
+  private static final Set<String> BATCH_ONLY =
+      Set.of("endingoffsets", "endingtimestamp", "minpartitions");
   private static final Set<String> STREAM_ONLY = Set.of("maxoffsetspertrigger", "consumergroup");
   private static final Map<String, String> SPELLING =
       Map.ofEntries(
@@ -82,6 +81,12 @@ final class ReadOptions implements Serializable {
   final Integer minPartitions;
   final long rowsPerPartition;
   final boolean includeProperties;
+  /** Whether these are the options of a streaming read (else a batch read). */
+  final boolean streaming;
+  /** maxOffsetsPerTrigger (streaming; null: all available). */
+  final Long maxOffsetsPerTrigger;
+  /** consumerGroup (streaming; null: none). */
+  final String consumerGroup;
 
   static InvalidArgumentException bad(String message) {
     return new InvalidArgumentException("rmqstore data source: " + message);
@@ -111,7 +116,17 @@ final class ReadOptions implements Serializable {
     return "'" + text.substring(0, limit) + "'... (" + text.length() + " characters)";
   }
 
+  /** The options of a batch read. */
   ReadOptions(Map<String, String> raw) {
+    this(raw, false);
+  }
+
+  /** The options of a batch read, or of a streaming read when {@code streaming}. */
+  ReadOptions(Map<String, String> raw, boolean streaming) {
+    this.streaming = streaming;
+    String what = streaming ? "streaming reads" : "batch reads";
+    Set<String> known = new TreeSet<>(COMMON);
+    known.addAll(streaming ? STREAM_ONLY : BATCH_ONLY);
     Map<String, String> options = new TreeMap<>();
     for (Map.Entry<String, String> e : raw.entrySet()) {
       options.put(e.getKey().toLowerCase(Locale.ROOT), e.getValue());
@@ -127,21 +142,23 @@ final class ReadOptions implements Serializable {
         settings.put(name, e.getValue());
         continue;
       }
-      if (KNOWN.contains(key)) {
+      if (known.contains(key)) {
         continue;
       }
-      if (STREAM_ONLY.contains(key)) {
-        throw bad("option '" + spell(key) + "' does not apply to batch reads");
+      if (STREAM_ONLY.contains(key) || BATCH_ONLY.contains(key) || COMMON.contains(key)) {
+        throw bad("option '" + spell(key) + "' does not apply to " + what);
       }
-      TreeSet<String> known = new TreeSet<>();
-      for (String k : KNOWN) {
-        known.add(spell(k));
+      TreeSet<String> spelled = new TreeSet<>();
+      for (String k : known) {
+        spelled.add(spell(k));
       }
       throw bad(
           "unknown option "
               + show(key)
-              + " for batch reads; known: "
-              + String.join(", ", known)
+              + " for "
+              + what
+              + "; known: "
+              + String.join(", ", spelled)
               + " and store.<StoreConfig setting>");
     }
     path = options.get("path");
@@ -184,11 +201,11 @@ final class ReadOptions implements Serializable {
     assign = options.containsKey("assign") ? parseAssign(options.get("assign")) : null;
     String start = options.get("startingoffsets");
     String end = options.get("endingoffsets");
-    startingWord = offsetWord("startingoffsets", start, "earliest", false);
+    startingWord = offsetWord("startingoffsets", start, streaming ? "latest" : "earliest", false);
     starting = startingWord == null ? parseOffsets("startingoffsets", start, false) : Map.of();
     endingWord = offsetWord("endingoffsets", end, "latest", true);
     ending = endingWord == null ? parseOffsets("endingoffsets", end, true) : Map.of();
-    if ("latest".equals(startingWord)) {
+    if (!streaming && "latest".equals(startingWord)) {
       throw bad("startingOffsets='latest' reads nothing in a batch query");
     }
     startingTimestamp = parseLong(options, "startingtimestamp", 0, Long.MAX_VALUE);
@@ -205,6 +222,21 @@ final class ReadOptions implements Serializable {
     rowsPerPartition = rows == null ? ROWS_PER_PARTITION : rows;
     failOnDataLoss = parseBool(options, "failondataloss", true);
     includeProperties = parseBool(options, "includeproperties", false);
+    maxOffsetsPerTrigger = parseLong(options, "maxoffsetspertrigger", 1, Long.MAX_VALUE);
+    String group = options.get("consumergroup");
+    if (group != null) {
+      if (group.strip().isEmpty()) {
+        throw bad("consumerGroup is empty");
+      }
+      if (group.contains("@")) {
+        throw bad(
+            "consumerGroup "
+                + show(group)
+                + " contains '@', which separates topic and group in"
+                + " config/consumerOffset.json");
+      }
+    }
+    consumerGroup = group;
   }
 
   static boolean parseBool(Map<String, String> options, String name, boolean dflt) {

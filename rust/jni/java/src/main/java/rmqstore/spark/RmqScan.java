@@ -1,21 +1,37 @@
 package rmqstore.spark;
 
+import java.util.Map;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.types.StructType;
 
-/** A batch scan: one task per queue range (or group of small ones). */
+/**
+ * A scan: a batch read (one task per queue range or group of small ones) or a micro-batch
+ * stream ({@link RmqMicroBatchStream}). The options are parsed when Spark says which (batch and
+ * streaming reads take different options and defaults, as in the Python source).
+ */
 final class RmqScan implements Scan, Batch {
-  private final ReadOptions opts;
+  private final Map<String, String> options;
+  private final StructType tableSchema;
   private final StructType schema;
   private final QueueFilter filter;
+  private ReadOptions opts;
 
-  RmqScan(ReadOptions opts, StructType schema, QueueFilter filter) {
-    this.opts = opts;
+  RmqScan(
+      Map<String, String> options, StructType tableSchema, StructType schema, QueueFilter filter) {
+    this.options = options;
+    this.tableSchema = tableSchema;
     this.schema = schema;
     this.filter = filter;
+  }
+
+  private ReadOptions parse(boolean streaming) {
+    ReadOptions parsed = new ReadOptions(options, streaming);
+    SourceSchema.check(tableSchema, parsed);
+    return parsed;
   }
 
   @Override
@@ -25,8 +41,14 @@ final class RmqScan implements Scan, Batch {
 
   @Override
   public String description() {
+    String path = null;
+    for (Map.Entry<String, String> e : options.entrySet()) {
+      if (e.getKey().equalsIgnoreCase("path")) {
+        path = e.getValue();
+      }
+    }
     return "rmqstore "
-        + opts.path
+        + path
         + " ReadSchema: "
         + schema.catalogString()
         + (filter.isEmpty() ? "" : " PushedFilters: " + filter);
@@ -34,7 +56,13 @@ final class RmqScan implements Scan, Batch {
 
   @Override
   public Batch toBatch() {
+    opts = parse(false);
     return this;
+  }
+
+  @Override
+  public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+    return new RmqMicroBatchStream(parse(true), schema);
   }
 
   @Override

@@ -2,6 +2,7 @@ package rmqstore.spark;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
@@ -15,12 +16,14 @@ import org.apache.spark.sql.types.StructType;
  */
 final class RmqScanBuilder
     implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters {
-  private final ReadOptions opts;
+  private final Map<String, String> options;
+  private final StructType tableSchema;
   private StructType schema;
   private final QueueFilter filter = new QueueFilter();
 
-  RmqScanBuilder(ReadOptions opts, StructType schema) {
-    this.opts = opts;
+  RmqScanBuilder(Map<String, String> options, StructType schema) {
+    this.options = options;
+    this.tableSchema = schema;
     this.schema = schema;
   }
 
@@ -47,6 +50,6 @@ final class RmqScanBuilder
 
   @Override
   public Scan build() {
-    return new RmqScan(opts, schema, filter);
+    return new RmqScan(options, tableSchema, schema, filter);
   }
 }

@@ -8,7 +8,7 @@ import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** A store as a table: batch reads. */
+/** A store as a table: batch reads and micro-batch streams. */
 final class RmqTable implements SupportsRead {
   private final StructType schema;
 
@@ -29,12 +29,12 @@ final class RmqTable implements SupportsRead {
 
   @Override
   public Set<TableCapability> capabilities() {
-    return EnumSet.of(TableCapability.BATCH_READ);
+    return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ);
   }
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-    ReadOptions opts = new ReadOptions(options.asCaseSensitiveMap());
-    return new RmqScanBuilder(opts, SourceSchema.check(schema, opts));
+    // Parsed by the scan, which knows whether it is a batch read or a stream.
+    return new RmqScanBuilder(new java.util.HashMap<>(options.asCaseSensitiveMap()), schema);
   }
 }
