@@ -27,7 +27,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..errors import ArgumentOverflowError, RmqStoreError, StoreLockedError
+from ..errors import ArgumentOverflowError, RmqStoreError, StoreIOError, StoreLockedError
 from ..store import MessageStore
 from .options import _I32_MAX, _bad_option
 
@@ -115,11 +115,40 @@ def _staging_dir(path: str, job: str) -> str:
     return os.path.join(path, STAGING_DIR, job)
 
 
+def _make_staging(path: str, job: str) -> str:
+    """The job's staging folder, created inside the store folder: a ``spark-staging`` that is
+    a symbolic link (or not a folder) is refused, so staged files never land elsewhere."""
+    staging = os.path.join(path, STAGING_DIR)
+    os.makedirs(path, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(staging)
+    folder = os.path.join(staging, job)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder)
+    for d in (staging, folder):
+        if os.path.islink(d) or not os.path.isdir(d):
+            raise StoreIOError(
+                f"rmqstore data source: {d} is a symbolic link or not a folder; write tasks "
+                "stage their rows in that folder, inside the store folder only: remove it and "
+                "write again"
+            )
+    return folder
+
+
 def _remove_staging(path: str, job: str) -> None:
-    shutil.rmtree(_staging_dir(path, job), ignore_errors=True)
+    staging = os.path.join(path, STAGING_DIR)
+    if os.path.islink(staging) or not os.path.isdir(staging):
+        return  # never through a link
+    folder = _staging_dir(path, job)
+    if os.path.islink(folder):
+        with contextlib.suppress(OSError):
+            os.remove(folder)
+    else:
+        # rmtree removes links found inside, never what they point to.
+        shutil.rmtree(folder, ignore_errors=True)
     # Fails while another job's staging folder is there, or when it is gone already.
     with contextlib.suppress(OSError):
-        os.rmdir(os.path.join(path, STAGING_DIR))
+        os.rmdir(staging)
 
 
 class RmqStoreWriter(DataSourceArrowWriter):
@@ -149,8 +178,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
 
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
-        folder = _staging_dir(self.path, self.job)
-        os.makedirs(folder, exist_ok=True)
+        folder = _make_staging(self.path, self.job)
         name = f"{partition:06d}-{uuid.uuid4().hex}.arrow"
         tmp = os.path.join(folder, name + ".tmp")
         rows = 0
