@@ -254,7 +254,9 @@ def test_spark_jvm_append_vs_python(benchmark, spark, tmp_path: Path, scaled) ->
             t0 = time.perf_counter()
             df.write.format(fmt).mode("append").options(**options).save(str(path))
             took = time.perf_counter() - t0
-            with rmqstore.MessageStore(path, read_only=True, mapped_file_size_commit_log=segment) as s:
+            with rmqstore.MessageStore(
+                path, read_only=True, mapped_file_size_commit_log=segment
+            ) as s:
                 total = sum(
                     s.get_max_offset_in_queue(t, q) for t in s.topics() for q in s.queue_ids(t)
                 )

@@ -100,9 +100,9 @@ def test_overwrite_and_bad_columns_are_refused(spark: Any, small_store: Path, fm
             **store_options(small_store)
         ).save()
     with pytest.raises(Exception, match="keys' has type array<int>; expected array or string"):
-        spark.createDataFrame([("T", b"x", [1])], "topic STRING, body BINARY, keys ARRAY<INT>").write.format(
-            fmt
-        ).mode("append").options(**store_options(small_store)).save()
+        spark.createDataFrame(
+            [("T", b"x", [1])], "topic STRING, body BINARY, keys ARRAY<INT>"
+        ).write.format(fmt).mode("append").options(**store_options(small_store)).save()
     with pytest.raises(Exception, match="option 'startingOffsets' does not apply to writes"):
         writer.mode("append").option("startingOffsets", "earliest").save()
 

@@ -115,23 +115,37 @@ def _staging_dir(path: str, job: str) -> str:
     return os.path.join(path, STAGING_DIR, job)
 
 
-def _make_staging(path: str, job: str) -> str:
-    """The job's staging folder, created inside the store folder: a ``spark-staging`` that is
-    a symbolic link (or not a folder) is refused, so staged files never land elsewhere."""
+def _check_folder(folder: str) -> None:
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        raise StoreIOError(
+            f"rmqstore data source: {folder} is a symbolic link or not a folder; write tasks "
+            "stage their rows in that folder, inside the store folder only: remove it and "
+            "write again"
+        )
+
+
+def _make_staging(path: str, job: str) -> None:
+    """Creates the job's staging folder inside the store folder (on the driver, before the
+    tasks run): a ``spark-staging`` that is a symbolic link (or not a folder) is refused, so
+    staged files never land elsewhere."""
     staging = os.path.join(path, STAGING_DIR)
     os.makedirs(path, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         os.mkdir(staging)
-    folder = os.path.join(staging, job)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(folder)
-    for d in (staging, folder):
-        if os.path.islink(d) or not os.path.isdir(d):
-            raise StoreIOError(
-                f"rmqstore data source: {d} is a symbolic link or not a folder; write tasks "
-                "stage their rows in that folder, inside the store folder only: remove it and "
-                "write again"
-            )
+    _check_folder(staging)
+    os.mkdir(os.path.join(staging, job))
+
+
+def _job_folder(path: str, job: str) -> str:
+    """The job's staging folder, for a task: tasks never create it, so a task that starts after
+    the job was aborted fails instead of staging anew."""
+    _check_folder(os.path.join(path, STAGING_DIR))
+    folder = _staging_dir(path, job)
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        raise StoreIOError(
+            f"rmqstore data source: the staging folder {folder} is gone (the write job was "
+            "aborted) or is not a folder"
+        )
     return folder
 
 
@@ -154,7 +168,8 @@ def _remove_staging(path: str, job: str) -> None:
 class RmqStoreWriter(DataSourceArrowWriter):
     """Appends a DataFrame to the store, every row once.
 
-    Each task writes its rows to an Arrow IPC file in ``<store>/spark-staging/<job>/``, and
+    The job's folder ``<store>/spark-staging/<job>/`` is made here, on the driver (never
+    through a ``spark-staging`` link); each task writes its rows to an Arrow IPC file in it, and
     names it in its commit message once complete. The driver's :meth:`commit` appends the named
     files in partition order (``put_messages`` for runs of rows with the same topic, queue,
     tags, keys and properties) and removes the staging folder; :meth:`abort` removes it. A
@@ -171,6 +186,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
         self.path = path
         self.settings = settings
         self.job = uuid.uuid4().hex
+        _make_staging(path, self.job)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
         import pyarrow as pa
@@ -178,7 +194,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
 
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
-        folder = _make_staging(self.path, self.job)
+        folder = _job_folder(self.path, self.job)
         name = f"{partition:06d}-{uuid.uuid4().hex}.arrow"
         tmp = os.path.join(folder, name + ".tmp")
         rows = 0

@@ -141,8 +141,10 @@ impl Writer {
         let mut row = RunKey::default();
         for i in 0..rows.len {
             let n = self.rows;
-            let (Some(topic), Some(body)) = (rows.topic.text(i, "topic").map_err(malformed)?, rows.body.get(i))
-            else {
+            let (Some(topic), Some(body)) = (
+                rows.topic.text(i, "topic").map_err(malformed)?,
+                rows.body.get(i),
+            ) else {
                 return Err(bad(n, "has a null topic or body"));
             };
             rows.keys(i, &mut row.keys).map_err(malformed)?;
@@ -159,8 +161,8 @@ impl Writer {
                 None => (n % DEFAULT_QUEUES) as i32,
             };
             self.rows += 1;
-            let full = bodies.len() >= RUN_ROWS
-                || run_bytes.saturating_add(body.len()) > self.budget;
+            let full =
+                bodies.len() >= RUN_ROWS || run_bytes.saturating_add(body.len()) > self.budget;
             if row != run || full {
                 self.put(&run, &bodies)?;
                 bodies.clear();
@@ -203,8 +205,8 @@ pub extern "system" fn Java_rmqstore_jni_NativeWriter_open<'l>(
     guard(&mut env, |env| {
         let path = string(env, &path, "path")?;
         let config = registry::config_of(&settings(env, &names, &values)?)?;
-        let budget = usize::try_from((config.mapped_file_size_commit_log / 8).max(1))
-            .unwrap_or(usize::MAX);
+        let budget =
+            usize::try_from((config.mapped_file_size_commit_log / 8).max(1)).unwrap_or(usize::MAX);
         let store = MessageStore::open(Path::new(&path), config)?;
         let handle = NEXT.fetch_add(1, Ordering::Relaxed);
         writers().insert(
@@ -240,9 +242,8 @@ pub extern "system" fn Java_rmqstore_jni_NativeWriter_append<'l>(
         // SAFETY: the Java side passes the addresses of an ArrowArray and an ArrowSchema it
         // exported a batch into (NativeWriter.append's contract); from here they are ours,
         // released when `staged` drops.
-        let staged = unsafe {
-            Staged::import(array as *mut FFI_ArrowArray, schema as *mut FFI_ArrowSchema)
-        };
+        let staged =
+            unsafe { Staged::import(array as *mut FFI_ArrowArray, schema as *mut FFI_ArrowSchema) };
         let writer = writer(handle)?;
         let rows = staged.rows().map_err(malformed)?;
         let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
