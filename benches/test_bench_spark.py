@@ -248,7 +248,7 @@ def test_spark_jvm_append_vs_python(benchmark, spark, tmp_path: Path, scaled) ->
     assert df.count() == n
     runs: dict[str, list[float]] = {"jvm": [], "python": []}
     formats = {"jvm": "rmqstore-jvm", "python": "rmqstore"}
-    for r in range(3 if n > 100_000 else 2):
+    for r in range(4 if n > 100_000 else 2):
         for name, fmt in formats.items():
             path = tmp_path / f"{name}-{r}"
             t0 = time.perf_counter()

@@ -332,3 +332,156 @@ impl<'a> Rows<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_buffer::{Buffer, NullBuffer};
+    use arrow_data::ArrayData;
+    use arrow_schema::{DataType, Field, Fields};
+
+    use super::*;
+
+    fn strings(items: &[Option<&str>]) -> ArrayData {
+        let mut offsets = vec![0i32];
+        let mut data = Vec::new();
+        for s in items {
+            data.extend_from_slice(s.unwrap_or("").as_bytes());
+            offsets.push(data.len() as i32);
+        }
+        let nulls = NullBuffer::from(items.iter().map(Option::is_some).collect::<Vec<_>>());
+        ArrayData::builder(DataType::Utf8)
+            .len(items.len())
+            .buffers(vec![Buffer::from_vec(offsets), Buffer::from_vec(data)])
+            .nulls(Some(nulls))
+            .build()
+            .unwrap()
+    }
+
+    fn item(name: &str) -> Arc<Field> {
+        Arc::new(Field::new(name, DataType::Utf8, false))
+    }
+
+    fn entries() -> Fields {
+        Fields::from(vec![item("key"), item("value")])
+    }
+
+    /// Two rows: ("A", "x", 1, no tags, no keys, p=v) and ("B", "yy", no queue, "T", k1 k2,
+    /// none); `topic_name` names the first column.
+    fn batch(topic_name: &str) -> ArrayData {
+        let keys = ArrayData::builder(DataType::List(item("item")))
+            .len(2)
+            .buffers(vec![Buffer::from_vec(vec![0i32, 0, 2])])
+            .child_data(vec![strings(&[Some("k1"), Some("k2")])])
+            .build()
+            .unwrap();
+        let entry = ArrayData::builder(DataType::Struct(entries()))
+            .len(1)
+            .child_data(vec![strings(&[Some("p")]), strings(&[Some("v")])])
+            .build()
+            .unwrap();
+        let map_field = Arc::new(Field::new("entries", DataType::Struct(entries()), false));
+        let props = ArrayData::builder(DataType::Map(map_field, false))
+            .len(2)
+            .buffers(vec![Buffer::from_vec(vec![0i32, 1, 1])])
+            .child_data(vec![entry])
+            .build()
+            .unwrap();
+        let body = ArrayData::builder(DataType::Binary)
+            .len(2)
+            .buffers(vec![
+                Buffer::from_vec(vec![0i32, 1, 3]),
+                Buffer::from_vec(b"xyy".to_vec()),
+            ])
+            .build()
+            .unwrap();
+        let queue = ArrayData::builder(DataType::Int32)
+            .len(2)
+            .buffers(vec![Buffer::from_vec(vec![1i32, 0])])
+            .nulls(Some(NullBuffer::from(vec![true, false])))
+            .build()
+            .unwrap();
+        let columns = [
+            strings(&[Some("A"), Some("B")]),
+            body,
+            queue,
+            strings(&[None, Some("T")]),
+            keys,
+            props,
+        ];
+        let fields: Vec<Field> = COLUMNS
+            .iter()
+            .zip(&columns)
+            .map(|((name, _), c)| {
+                let name = if *name == "topic" { topic_name } else { name };
+                Field::new(name, c.data_type().clone(), true)
+            })
+            .collect();
+        ArrayData::builder(DataType::Struct(Fields::from(fields)))
+            .len(2)
+            .child_data(columns.to_vec())
+            .build()
+            .unwrap()
+    }
+
+    fn import(data: &ArrayData) -> Staged {
+        let mut array = FFI_ArrowArray::new(data);
+        let mut schema = FFI_ArrowSchema::try_from(data.data_type()).unwrap();
+        // SAFETY: both were exported just above.
+        unsafe { Staged::import(&mut array, &mut schema) }
+    }
+
+    #[test]
+    fn a_staged_batch_reads_back_row_by_row() {
+        let staged = import(&batch("topic"));
+        let rows = staged.rows().unwrap();
+        assert_eq!(rows.len, 2);
+        assert_eq!(rows.topic.text(1, "topic").unwrap(), Some("B"));
+        assert_eq!(rows.body.get(1), Some(&b"yy"[..]));
+        assert_eq!((rows.queue_id(0), rows.queue_id(1)), (Some(1), None));
+        assert_eq!(rows.tags.text(0, "tags").unwrap(), None);
+        let mut keys = Vec::new();
+        rows.keys(1, &mut keys).unwrap();
+        assert_eq!(keys, ["k1", "k2"]);
+        rows.keys(0, &mut keys).unwrap();
+        assert!(keys.is_empty());
+        let mut props = Vec::new();
+        rows.properties(0, &mut props).unwrap();
+        assert_eq!(props, [("p", "v")]);
+        rows.properties(1, &mut props).unwrap();
+        assert!(props.is_empty());
+    }
+
+    #[test]
+    fn another_schema_is_refused() {
+        let staged = import(&batch("name"));
+        let err = staged.rows().err().unwrap();
+        assert!(err.contains("expected \"topic\""), "{err}");
+    }
+
+    #[test]
+    fn decreasing_offsets_are_refused_not_read() {
+        let good = batch("topic");
+        let mut columns = good.child_data().to_vec();
+        // SAFETY (of the test): a malformed array on purpose; only its buffers are read.
+        columns[1] = unsafe {
+            ArrayData::builder(DataType::Binary)
+                .len(2)
+                .buffers(vec![
+                    Buffer::from_vec(vec![0i32, 3, 1]),
+                    Buffer::from_vec(b"xyy".to_vec()),
+                ])
+                .build_unchecked()
+        };
+        let bad = unsafe {
+            ArrayData::builder(good.data_type().clone())
+                .len(2)
+                .child_data(columns)
+                .build_unchecked()
+        };
+        let staged = import(&bad);
+        let err = staged.rows().err().unwrap();
+        assert!(err.contains("decreasing"), "{err}");
+    }
+}

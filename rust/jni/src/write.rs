@@ -13,8 +13,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use arrow_data::ffi::FFI_ArrowArray;
 use arrow_schema::ffi::FFI_ArrowSchema;
@@ -32,8 +34,15 @@ pub const DEFAULT_QUEUES: u64 = 8;
 /// Rows of one put at most.
 pub const RUN_ROWS: usize = 1024;
 
+/// Commitlog bytes a dispatch round takes at most.
+const DISPATCH_CHUNK: i64 = 16 << 20;
+
 struct Writer {
-    store: MessageStore,
+    store: Arc<MessageStore>,
+    /// The dispatch thread (consume queues and index built while the puts go on, as the
+    /// Python store's dispatch service does; the close dispatches what it left) and its stop.
+    dispatcher: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
     /// Rows of the job seen so far (the round robin of rows without queue id and keys).
     rows: u64,
     /// Rows appended so far.
@@ -207,12 +216,30 @@ pub extern "system" fn Java_rmqstore_jni_NativeWriter_open<'l>(
         let config = registry::config_of(&settings(env, &names, &values)?)?;
         let budget =
             usize::try_from((config.mapped_file_size_commit_log / 8).max(1)).unwrap_or(usize::MAX);
-        let store = MessageStore::open(Path::new(&path), config)?;
+        let store = Arc::new(MessageStore::open(Path::new(&path), config)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let dispatcher = {
+            let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("rmqstore-jni-dispatch".to_owned())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let step = store.dispatch_step(DISPATCH_CHUNK, Duration::from_millis(5));
+                        if step.is_err() {
+                            break;
+                        }
+                    }
+                })
+                // Without the thread, the close dispatches everything.
+                .ok()
+        };
         let handle = NEXT.fetch_add(1, Ordering::Relaxed);
         writers().insert(
             handle,
             Arc::new(Mutex::new(Writer {
                 store,
+                dispatcher,
+                stop,
                 rows: 0,
                 appended: 0,
                 budget,
@@ -264,7 +291,11 @@ pub extern "system" fn Java_rmqstore_jni_NativeWriter_close<'l>(
         let writer = writers()
             .remove(&handle)
             .ok_or_else(|| Failure::Argument(format!("writer {handle} is closed or unknown")))?;
-        let w = writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
+        w.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = w.dispatcher.take() {
+            let _ = thread.join();
+        }
         w.store.close()?;
         Ok(w.appended as jlong)
     })
