@@ -92,6 +92,9 @@ def test_overwrite_and_bad_columns_are_refused(spark: Any, small_store: Path, fm
     writer = df.write.format(fmt).options(**store_options(small_store))
     with pytest.raises(Exception, match="overwrite is not supported, use mode\\('append'\\)"):
         writer.mode("overwrite").save()
+    for mode in ("ErrorIfExists", "Ignore"):  # refused by Spark itself
+        with pytest.raises(Exception, match=f'cannot be written in the "{mode}" mode'):
+            writer.mode(mode.lower()).save()
     extra = spark.createDataFrame([("TopicA", b"x", 1)], "topic STRING, body BINARY, n INT")
     with pytest.raises(Exception, match="column 'n' cannot be written"):
         extra.write.format(fmt).mode("append").options(**store_options(small_store)).save()
