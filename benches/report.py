@@ -321,6 +321,20 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                 ratio <= 1.2 / scale,
             )
         )
+    app = results.get("spark_jvm_append")
+    if app:
+        # Issue 21: appends through the JVM connector against the Python source, same run.
+        speed = float(app["python_s"]) / float(app["jvm_s"])
+        rows.append(
+            Row(
+                f"Spark append of {int(app['messages']):,} messages of 128 B through the JVM "
+                f"connector vs the Python source ({float(app['jvm_s']):.2f} s vs "
+                f"{float(app['python_s']):.2f} s)",
+                f"{speed:.2f}x as fast",
+                "(reported)",
+                None,
+            )
+        )
     sd = results.get("schedule_delivery")
     if sd:
         deliver = float(sd["deliver_rate"])

@@ -217,3 +217,59 @@ def test_spark_jvm_count_group_by_vs_parquet(benchmark, spark, tmp_path: Path, s
         **{f"{k}_runs_s": v for k, v in runs.items()},
     )
     benchmark.pedantic(lambda: _job(frames["jvm"]), rounds=1, iterations=1)
+
+
+def test_spark_jvm_append_vs_python(benchmark, spark, tmp_path: Path, scaled) -> None:
+    """Issue 21's appends: the same cached DataFrame (4 topics, 8 queues, 3 tags, 128-byte
+    bodies, 4 partitions) appended to a fresh store through the JVM connector (staged as Arrow
+    IPC, appended by the Rust core at commit, one native call a staged batch) and through the
+    Python source, interleaved rounds in one session, each into its own store."""
+    import shutil
+
+    from pyspark.sql import functions as F  # noqa: N812
+
+    n = scaled(1_000_000, 50_000)
+    segment = 128 << 20
+    options = {"store.mapped_file_size_commit_log": str(segment)}
+    i = F.col("id")
+    df = (
+        spark.range(0, n, 1, 4)
+        .select(
+            F.concat(F.lit("T"), (i % 4).cast("string")).alias("topic"),
+            F.concat(
+                F.unhex(F.sha2(i.cast("string"), 512)),
+                F.unhex(F.sha2((i + n).cast("string"), 512)),
+            ).alias("body"),
+            (i % 8).cast("int").alias("queue_id"),
+            F.concat(F.lit("Tag"), (i % 3).cast("string")).alias("tags"),
+        )
+        .cache()
+    )
+    assert df.count() == n
+    runs: dict[str, list[float]] = {"jvm": [], "python": []}
+    formats = {"jvm": "rmqstore-jvm", "python": "rmqstore"}
+    for r in range(4 if n > 100_000 else 2):
+        for name, fmt in formats.items():
+            path = tmp_path / f"{name}-{r}"
+            t0 = time.perf_counter()
+            df.write.format(fmt).mode("append").options(**options).save(str(path))
+            took = time.perf_counter() - t0
+            with rmqstore.MessageStore(
+                path, read_only=True, mapped_file_size_commit_log=segment
+            ) as s:
+                total = sum(
+                    s.get_max_offset_in_queue(t, q) for t in s.topics() for q in s.queue_ids(t)
+                )
+            assert total == n, (name, total)
+            if r > 0:  # the first round warms both up (JVM, Python workers)
+                runs[name].append(took)
+            shutil.rmtree(path)
+    df.unpersist()
+    best = {name: min(v) for name, v in runs.items()}
+    benchmark.extra_info.update(
+        metric="spark_jvm_append",
+        messages=n,
+        **{f"{k}_s": v for k, v in best.items()},
+        **{f"{k}_runs_s": v for k, v in runs.items()},
+    )
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)

@@ -86,18 +86,28 @@ def test_stream_only_and_batch_only_options(spark: Any, small_store: Path) -> No
         stream.writeStream.format("noop").start().awaitTermination(60)
 
 
-def test_overwrite_and_bad_columns_are_refused(spark: Any, small_store: Path) -> None:
+@pytest.mark.parametrize("fmt", ["rmqstore", "rmqstore-jvm"])
+def test_overwrite_and_bad_columns_are_refused(spark: Any, small_store: Path, fmt: str) -> None:
     df = spark.createDataFrame([("TopicA", b"x")], "topic STRING, body BINARY")
-    writer = df.write.format("rmqstore").options(**store_options(small_store))
+    writer = df.write.format(fmt).options(**store_options(small_store))
     with pytest.raises(Exception, match="overwrite is not supported, use mode\\('append'\\)"):
         writer.mode("overwrite").save()
+    for mode in ("ErrorIfExists", "Ignore"):  # refused by Spark itself
+        with pytest.raises(Exception, match=f'cannot be written in the "{mode}" mode'):
+            writer.mode(mode.lower()).save()
     extra = spark.createDataFrame([("TopicA", b"x", 1)], "topic STRING, body BINARY, n INT")
     with pytest.raises(Exception, match="column 'n' cannot be written"):
-        extra.write.format("rmqstore").mode("append").options(**store_options(small_store)).save()
+        extra.write.format(fmt).mode("append").options(**store_options(small_store)).save()
     with pytest.raises(Exception, match="writes need a 'body' column"):
-        df.select("topic").write.format("rmqstore").mode("append").options(
+        df.select("topic").write.format(fmt).mode("append").options(
             **store_options(small_store)
         ).save()
+    with pytest.raises(Exception, match="keys' has type array<int>; expected array or string"):
+        spark.createDataFrame(
+            [("T", b"x", [1])], "topic STRING, body BINARY, keys ARRAY<INT>"
+        ).write.format(fmt).mode("append").options(**store_options(small_store)).save()
+    with pytest.raises(Exception, match="option 'startingOffsets' does not apply to writes"):
+        writer.mode("append").option("startingOffsets", "earliest").save()
 
 
 def test_option_errors_are_value_errors_of_the_rmqstore_tree() -> None:

@@ -27,7 +27,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..errors import ArgumentOverflowError, RmqStoreError, StoreLockedError
+from ..errors import ArgumentOverflowError, RmqStoreError, StoreIOError, StoreLockedError
 from ..store import MessageStore
 from .options import _I32_MAX, _bad_option
 
@@ -115,17 +115,61 @@ def _staging_dir(path: str, job: str) -> str:
     return os.path.join(path, STAGING_DIR, job)
 
 
+def _check_folder(folder: str) -> None:
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        raise StoreIOError(
+            f"rmqstore data source: {folder} is a symbolic link or not a folder; write tasks "
+            "stage their rows in that folder, inside the store folder only: remove it and "
+            "write again"
+        )
+
+
+def _make_staging(path: str, job: str) -> None:
+    """Creates the job's staging folder inside the store folder (on the driver, before the
+    tasks run): a ``spark-staging`` that is a symbolic link (or not a folder) is refused, so
+    staged files never land elsewhere."""
+    staging = os.path.join(path, STAGING_DIR)
+    os.makedirs(path, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(staging)
+    _check_folder(staging)
+    os.mkdir(os.path.join(staging, job))
+
+
+def _job_folder(path: str, job: str) -> str:
+    """The job's staging folder, for a task: tasks never create it, so a task that starts after
+    the job was aborted fails instead of staging anew."""
+    _check_folder(os.path.join(path, STAGING_DIR))
+    folder = _staging_dir(path, job)
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        raise StoreIOError(
+            f"rmqstore data source: the staging folder {folder} is gone (the write job was "
+            "aborted) or is not a folder"
+        )
+    return folder
+
+
 def _remove_staging(path: str, job: str) -> None:
-    shutil.rmtree(_staging_dir(path, job), ignore_errors=True)
+    staging = os.path.join(path, STAGING_DIR)
+    if os.path.islink(staging) or not os.path.isdir(staging):
+        return  # never through a link
+    folder = _staging_dir(path, job)
+    if os.path.islink(folder):
+        with contextlib.suppress(OSError):
+            os.remove(folder)
+    else:
+        # rmtree removes links found inside, never what they point to.
+        shutil.rmtree(folder, ignore_errors=True)
     # Fails while another job's staging folder is there, or when it is gone already.
     with contextlib.suppress(OSError):
-        os.rmdir(os.path.join(path, STAGING_DIR))
+        os.rmdir(staging)
 
 
 class RmqStoreWriter(DataSourceArrowWriter):
     """Appends a DataFrame to the store, every row once.
 
-    Each task writes its rows to an Arrow IPC file in ``<store>/spark-staging/<job>/``, and
+    The job's folder ``<store>/spark-staging/<job>/`` is made here, on the driver (never
+    through a ``spark-staging`` link); each task writes its rows to an Arrow IPC file in it, and
     names it in its commit message once complete. The driver's :meth:`commit` appends the named
     files in partition order (``put_messages`` for runs of rows with the same topic, queue,
     tags, keys and properties) and removes the staging folder; :meth:`abort` removes it. A
@@ -142,6 +186,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
         self.path = path
         self.settings = settings
         self.job = uuid.uuid4().hex
+        _make_staging(path, self.job)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFile:
         import pyarrow as pa
@@ -149,8 +194,7 @@ class RmqStoreWriter(DataSourceArrowWriter):
 
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
-        folder = _staging_dir(self.path, self.job)
-        os.makedirs(folder, exist_ok=True)
+        folder = _job_folder(self.path, self.job)
         name = f"{partition:06d}-{uuid.uuid4().hex}.arrow"
         tmp = os.path.join(folder, name + ".tmp")
         rows = 0

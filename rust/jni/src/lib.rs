@@ -3,6 +3,8 @@
 //!
 //! - `registry.rs`: stores opened read-only, one per folder and settings, shared by handles.
 //! - `export.rs`: a bulk read's columns exported through the Arrow C Data Interface.
+//! - `write.rs` and `staged.rs`: appends (`rmqstore.jni.NativeWriter`), the staged rows
+//!   received through the Arrow C Data Interface.
 //!
 //! Every entry point runs its work under `catch_unwind`: a store error becomes a Java exception
 //! of the `rmqstore.jni` package carrying the store's message (see [`throw`]), a panic an
@@ -10,6 +12,8 @@
 
 mod export;
 mod registry;
+mod staged;
+mod write;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -28,6 +32,8 @@ enum Failure {
     Argument(String),
     /// A JNI call failed; its Java exception, if any, is already pending.
     Jni(jni::errors::Error),
+    /// Any other failure (`RmqStoreException` with this message).
+    Other(String),
 }
 
 impl From<StoreError> for Failure {
@@ -71,6 +77,7 @@ fn throw(env: &mut JNIEnv<'_>, failure: Failure) {
             "rmqstore/jni/RmqStoreException",
             format!("JNI call failed: {e}"),
         ),
+        Failure::Other(m) => ("rmqstore/jni/RmqStoreException", m),
     };
     if env.throw_new(class, &message).is_err() && !env.exception_check().unwrap_or(true) {
         let _ = env.throw_new("java/lang/RuntimeException", &message);

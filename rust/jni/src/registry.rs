@@ -62,12 +62,18 @@ fn setting_value(name: &str, text: &str) -> Result<SettingValue, StoreError> {
     })
 }
 
-fn open_store(path: &Path, settings: &[(String, String)]) -> Result<MessageStore, StoreError> {
+/// The configuration `settings` (setting names and their text) give, checked.
+pub(crate) fn config_of(settings: &[(String, String)]) -> Result<StoreConfig, StoreError> {
     let mut config = StoreConfig::default();
     for (name, text) in settings {
         config.set(name, setting_value(name, text)?)?;
     }
-    MessageStore::open_read_only(path, config)
+    config.validate()?;
+    Ok(config)
+}
+
+fn open_store(path: &Path, settings: &[(String, String)]) -> Result<MessageStore, StoreError> {
+    MessageStore::open_read_only(path, config_of(settings)?)
 }
 
 /// A new handle on the store at `path` opened read-only with `settings`, opening it unless

@@ -1,7 +1,7 @@
 package rmqstore.jni;
 
-/** The store is held open for writing (its lock file is taken) by another process or opener. */
-public class StoreLockedException extends RmqStoreException {
+/** The store's folder is locked by another open store (another process, or this one). */
+public class StoreLockedException extends StoreIOException {
   private static final long serialVersionUID = 1L;
 
   public StoreLockedException(String message) {
