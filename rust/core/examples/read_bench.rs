@@ -6,7 +6,8 @@
 //! `RMQ_ROWS` the rows a call (65,536); bodies are `binary_view` rows (the Python API's
 //! default) unless `RMQ_BINARY=1` asks for them copied into a `binary` column. `RMQ_COLUMNS`
 //! (comma-separated names, e.g. `body,queue_offset`; empty for none) builds only those
-//! columns (every column by default).
+//! columns (every column by default). `RMQ_NO_PROPS=1` puts the messages without properties (no
+//! tags, no keys: the messages of the peer benchmark, `peer_bench`).
 
 use std::time::{Duration, Instant};
 
@@ -60,10 +61,13 @@ fn main() {
         ("TAGS".to_string(), "TagA".to_string()),
         ("KEYS".to_string(), "a b".to_string()),
     ];
+    if std::env::var_os("RMQ_NO_PROPS").is_some() {
+        props.clear();
+    }
     let (batches, per_batch) = if distinct { (n, 1) } else { (n / 1000, 1000) };
     for i in 0..batches {
         if distinct {
-            props.truncate(2);
+            props.retain(|(k, _)| k != "UNIQ_KEY");
             props.push(("UNIQ_KEY".to_string(), format!("7F000001{i:024X}")));
         }
         let batch = Batch {
