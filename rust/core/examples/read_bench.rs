@@ -7,11 +7,13 @@
 //! default) unless `RMQ_BINARY=1` asks for them copied into a `binary` column. `RMQ_COLUMNS`
 //! (comma-separated names, e.g. `body,queue_offset`; empty for none) builds only those
 //! columns (every column by default). `RMQ_NO_PROPS=1` puts the messages without properties (no
-//! tags, no keys: the messages of the peer benchmark, `peer_bench`).
+//! tags, no keys: the messages of the peer benchmark, `peer_bench`). `RMQ_PARALLEL=always|never`
+//! sets when a read takes a second thread (`read::set_parallel_reads`; by default when a CPU is
+//! idle).
 
 use std::time::{Duration, Instant};
 
-use rmqstore_core::read::{BodyLayout, ColumnMask, ReadRequest};
+use rmqstore_core::read::{set_parallel_reads, BodyLayout, ColumnMask, ParallelReads, ReadRequest};
 use rmqstore_core::Batch;
 use rmqstore_core::{MessageStore, StoreConfig};
 
@@ -49,6 +51,11 @@ fn main() {
         }
         Err(_) => ColumnMask::ALL,
     };
+    match std::env::var("RMQ_PARALLEL").as_deref() {
+        Ok("always") => set_parallel_reads(ParallelReads::Always),
+        Ok("never") => set_parallel_reads(ParallelReads::Never),
+        _ => {}
+    }
     let request = ReadRequest {
         columns,
         decompress: None,
