@@ -17,7 +17,7 @@ pub(crate) const READ_BATCH_MAX_BYTES: usize = 512 * 1024 * 1024;
 
 /// Units from which a bulk read is split over two threads (when a core is idle, see
 /// [`ParallelReads`]).
-pub const PARALLEL_READ_UNITS: usize = 8 * 1024;
+pub const PARALLEL_READ_UNITS: usize = 16 * 1024;
 
 /// When a bulk read of at least [`PARALLEL_READ_UNITS`] units is split over two threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
