@@ -77,22 +77,36 @@ def resolve_columns(columns: Any, include_properties: bool) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _field(name: str, body_type: str) -> pa.Field:
-    pa = require_pyarrow()
-    types = {
-        "topic": (pa.string(), False),
-        "queue_id": (pa.int32(), False),
-        "queue_offset": (pa.int64(), False),
-        "commit_log_offset": (pa.int64(), False),
-        "store_timestamp": (pa.timestamp("ms"), False),
-        "born_timestamp": (pa.timestamp("ms"), False),
-        "tags": (pa.string(), True),
-        "keys": (pa.list_(pa.string()), False),
-        "properties": (pa.map_(pa.string(), pa.string()), False),
-        "body": (pa.binary_view() if body_type == "binary_view" else pa.binary(), False),
-    }
-    typ, nullable = types[name]
-    return pa.field(name, typ, nullable=nullable)
+#: The Arrow type and nullability of each column by body type, built once (building pyarrow
+#: types and fields costs microseconds each, and a read would otherwise build them every call).
+_FIELDS: dict[str, dict[str, pa.Field]] = {}
+
+#: Schemas already built, by (body type, columns): a schema is immutable, so one serves every
+#: read of the same columns.
+_SCHEMAS: dict[tuple[str, tuple[str, ...]], pa.Schema] = {}
+
+
+def _fields(body_type: str) -> dict[str, pa.Field]:
+    fields = _FIELDS.get(body_type)
+    if fields is None:
+        pa = require_pyarrow()
+        types = {
+            "topic": (pa.string(), False),
+            "queue_id": (pa.int32(), False),
+            "queue_offset": (pa.int64(), False),
+            "commit_log_offset": (pa.int64(), False),
+            "store_timestamp": (pa.timestamp("ms"), False),
+            "born_timestamp": (pa.timestamp("ms"), False),
+            "tags": (pa.string(), True),
+            "keys": (pa.list_(pa.string()), False),
+            "properties": (pa.map_(pa.string(), pa.string()), False),
+            "body": (pa.binary_view() if body_type == "binary_view" else pa.binary(), False),
+        }
+        fields = {
+            name: pa.field(name, typ, nullable=nullable) for name, (typ, nullable) in types.items()
+        }
+        _FIELDS[body_type] = fields
+    return fields
 
 
 def schema(
@@ -102,10 +116,16 @@ def schema(
 ) -> pa.Schema:
     """The schema of a read of ``columns`` (every column when None, see
     :func:`resolve_columns`)."""
-    pa = require_pyarrow()
     if columns is None:
         columns = resolve_columns(None, include_properties)
-    return pa.schema([_field(c, body_type) for c in columns])
+    key = (body_type, tuple(columns))
+    found = _SCHEMAS.get(key)
+    if found is None:
+        pa = require_pyarrow()
+        fields = _fields(body_type)
+        found = pa.schema([fields[c] for c in key[1]])
+        _SCHEMAS[key] = found
+    return found
 
 
 def batch_from_buffers(
@@ -120,26 +140,30 @@ def batch_from_buffers(
     pa = require_pyarrow()
     if columns is None:
         columns = resolve_columns(None, include_properties)
+    fields = _fields(body_type)
     segments = [pa.py_buffer(buf) for buf in buffers.pop("body_buffers", ())]
     b = {name: pa.py_buffer(buf) for name, buf in buffers.items()}
+    string = fields["topic"].type
 
     def strings(offsets: str, data: str, n: int, validity: Any = None) -> Any:
-        return pa.Array.from_buffers(pa.string(), n, [validity, b[offsets], b[data]])
+        return pa.Array.from_buffers(string, n, [validity, b[offsets], b[data]])
 
-    def fixed(typ: Any, name: str) -> Any:
-        return pa.Array.from_buffers(typ, rows, [None, b[name]])
+    def fixed(name: str) -> Any:
+        return pa.Array.from_buffers(fields[name].type, rows, [None, b[name]])
+
+    def list_offsets(name: str) -> Any:
+        return pa.Array.from_buffers(fields["queue_id"].type, rows + 1, [None, b[name]])
 
     def keys() -> Any:
         n_keys = len(buffers["keys_offsets"]) // 4 - 1
         return pa.ListArray.from_arrays(
-            pa.Array.from_buffers(pa.int32(), rows + 1, [None, b["keys_list_offsets"]]),
-            strings("keys_offsets", "keys_data", n_keys),
+            list_offsets("keys_list_offsets"), strings("keys_offsets", "keys_data", n_keys)
         )
 
     def properties() -> Any:
         n_props = len(buffers["props_key_offsets"]) // 4 - 1
         return pa.MapArray.from_arrays(
-            pa.Array.from_buffers(pa.int32(), rows + 1, [None, b["props_map_offsets"]]),
+            list_offsets("props_map_offsets"),
             strings("props_key_offsets", "props_key_data", n_props),
             strings("props_value_offsets", "props_value_data", n_props),
         )
@@ -149,27 +173,28 @@ def batch_from_buffers(
             # Arrow's view layout: the views, then the data buffers they index (the mapped
             # segment ranges, then the decompressed bodies).
             return pa.Array.from_buffers(
-                pa.binary_view(), rows, [None, b["body_views"], *segments, b["body_data"]]
+                fields["body"].type, rows, [None, b["body_views"], *segments, b["body_data"]]
             )
-        return pa.Array.from_buffers(pa.binary(), rows, [None, b["body_offsets"], b["body_data"]])
+        return pa.Array.from_buffers(
+            fields["body"].type, rows, [None, b["body_offsets"], b["body_data"]]
+        )
 
-    build = {
-        "topic": lambda: strings("topic_offsets", "topic_data", rows),
-        "queue_id": lambda: fixed(pa.int32(), "queue_id"),
-        "queue_offset": lambda: fixed(pa.int64(), "queue_offset"),
-        "commit_log_offset": lambda: fixed(pa.int64(), "commit_log_offset"),
-        "store_timestamp": lambda: fixed(pa.timestamp("ms"), "store_timestamp"),
-        "born_timestamp": lambda: fixed(pa.timestamp("ms"), "born_timestamp"),
-        "tags": lambda: strings(
-            "tags_offsets", "tags_data", rows, b["tags_valid"] if rows else None
-        ),
-        "keys": keys,
-        "properties": properties,
-        "body": body,
-    }
+    def column(name: str) -> Any:
+        if name == "topic":
+            return strings("topic_offsets", "topic_data", rows)
+        if name == "tags":
+            return strings("tags_offsets", "tags_data", rows, b["tags_valid"] if rows else None)
+        if name == "keys":
+            return keys()
+        if name == "properties":
+            return properties()
+        if name == "body":
+            return body()
+        return fixed(name)
+
     if not columns:
         # Arrow allows a batch with rows and no column: a struct array of no field has a length.
         empty = pa.StructArray.from_buffers(pa.struct([]), rows, [None], children=[])
         return pa.RecordBatch.from_struct_array(empty)
-    arrays = [build[c]() for c in columns]
+    arrays = [column(c) for c in columns]
     return pa.RecordBatch.from_arrays(arrays, schema=schema(body_type=body_type, columns=columns))

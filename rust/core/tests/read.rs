@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use common::TempDir;
 use rmqstore_core::read::{
-    BatchColumns, GetMessageResult, GetMessageStatus, TagFilter, TimeBoundary, PARALLEL_READ_UNITS,
+    set_parallel_reads, BatchColumns, GetMessageResult, GetMessageStatus, ParallelReads, TagFilter,
+    TimeBoundary, PARALLEL_READ_UNITS,
 };
 use rmqstore_core::{
     now_millis, AppendResult, Batch, Message, MessageStore, StoreConfig, StoreError,
@@ -881,6 +882,8 @@ fn read_batch_columns_equal_get_message() {
 /// shifted), across consume queue segments, give the rows one thread gives.
 #[test]
 fn a_large_read_batch_on_two_threads_equals_get_message() {
+    // Two threads whatever the machine's load (the default takes them only with a CPU idle).
+    set_parallel_reads(ParallelReads::Always);
     let d = TempDir::new("read", "columns-large");
     let cfg = StoreConfig {
         mapped_file_size_commit_log: 8 << 20,
@@ -900,6 +903,23 @@ fn a_large_read_batch_on_two_threads_equals_get_message() {
     assert_eq!(c.next_offset, start + count as i64);
     let got = rows(&c);
     assert_eq!(got, expected(&store, "Big", start, count));
+    // One thread gives the same rows, and the same bytes in every column vector.
+    set_parallel_reads(ParallelReads::Never);
+    let one = store
+        .read_batch("Big", 0, start, count, true, None)
+        .unwrap();
+    set_parallel_reads(ParallelReads::Always);
+    assert_eq!(rows(&one), got);
+    assert_eq!((one.rows, one.next_offset), (c.rows, c.next_offset));
+    for ((name, a), (_, b)) in one.into_named().iter().zip(c.clone().into_named().iter()) {
+        assert_eq!(a.bytes(), b.bytes(), "{name}");
+    }
+    // Halves that meet at a multiple of 8 rows: the second half's tags validity bytes are
+    // appended as they are.
+    let even = 2 * PARALLEL_READ_UNITS;
+    assert_eq!((even / 2) % 8, 0);
+    let e = store.read_batch("Big", 0, start, even, true, None).unwrap();
+    assert_eq!(rows(&e), got[..even]);
     // Small reads take the one-thread path and give the same rows.
     for at in [100, PARALLEL_READ_UNITS + 2, count - 50] {
         let small = store
@@ -1058,6 +1078,7 @@ fn a_body_crc_mismatch_is_refused_on_read() {
 /// half is given back); reads that stop before it or start after it succeed.
 #[test]
 fn a_large_read_batch_fails_on_a_damaged_record_in_either_half() {
+    set_parallel_reads(ParallelReads::Always);
     let segment = 512 * 1024;
     let cfg = StoreConfig {
         mapped_file_size_commit_log: segment,

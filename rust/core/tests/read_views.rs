@@ -7,7 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::TempDir;
-use rmqstore_core::read::{BatchColumns, BodyLayout, PARALLEL_READ_UNITS};
+use rmqstore_core::read::{
+    set_parallel_reads, BatchColumns, BodyLayout, ParallelReads, PARALLEL_READ_UNITS,
+};
 use rmqstore_core::{Batch, MessageStore, StoreConfig};
 
 const SEG: i64 = 64 * 1024;
@@ -103,6 +105,7 @@ fn views(store: &MessageStore, topic: &str, offset: i64, n: usize) -> BatchColum
 
 #[test]
 fn views_equal_the_copied_bodies_across_segments_and_threads() {
+    set_parallel_reads(ParallelReads::Always);
     let d = TempDir::new("views", "equal");
     let store = MessageStore::open(d.path(), small()).unwrap();
     let sizes: Vec<usize> = (0..PARALLEL_READ_UNITS + 3001)

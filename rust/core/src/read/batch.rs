@@ -15,8 +15,69 @@ use super::mask::{Column, ColumnMask};
 /// i32 offsets of the Arrow columns cannot overflow.
 pub(crate) const READ_BATCH_MAX_BYTES: usize = 512 * 1024 * 1024;
 
-/// Units from which a bulk read is split over two threads.
+/// Units from which a bulk read is split over two threads (when a core is idle, see
+/// [`ParallelReads`]).
 pub const PARALLEL_READ_UNITS: usize = 16 * 1024;
+
+/// When a bulk read of at least [`PARALLEL_READ_UNITS`] units is split over two threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParallelReads {
+    /// When a CPU is idle at the time of the call: fewer threads runnable on the machine
+    /// (`/proc/loadavg`, the calling thread included) than CPUs this process may use. A helper
+    /// thread that would find no free core only makes the caller wait for it (the join), so
+    /// both sizes of read take the same path at any moment. The default.
+    Auto,
+    /// Always (the tests of the two-thread path use it).
+    Always,
+    /// Never: one thread at every size.
+    Never,
+}
+
+static PARALLEL_READS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Sets, for the whole process, when bulk reads use a second thread ([`ParallelReads::Auto`]
+/// by default). Every policy gives the same rows; only the time differs.
+pub fn set_parallel_reads(policy: ParallelReads) {
+    let v = match policy {
+        ParallelReads::Auto => 0,
+        ParallelReads::Always => 1,
+        ParallelReads::Never => 2,
+    };
+    PARALLEL_READS.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a read of [`PARALLEL_READ_UNITS`] or more units takes a second thread now.
+fn second_thread_pays() -> bool {
+    match PARALLEL_READS.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => cpu_idle(),
+    }
+}
+
+/// Whether fewer threads are runnable on the machine than this process has CPUs (the fourth
+/// field of `/proc/loadavg`: runnable / all, the calling thread among the runnable). Where
+/// that cannot be read, yes (the two-thread read of the builds before).
+fn cpu_idle() -> bool {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if cpus < 2 {
+        return false;
+    }
+    let Ok(text) = std::fs::read_to_string("/proc/loadavg") else {
+        return true;
+    };
+    match runnable_of_loadavg(&text) {
+        Some(runnable) => runnable < cpus,
+        None => true,
+    }
+}
+
+/// The runnable count of a `/proc/loadavg` line (`0.50 0.40 0.30 2/345 6789`).
+fn runnable_of_loadavg(text: &str) -> Option<usize> {
+    let field = text.split_ascii_whitespace().nth(3)?;
+    field.split_once('/')?.0.parse().ok()
+}
 
 /// What a bulk read builds and checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +129,7 @@ fn read_halves(
     n: usize,
     opts: ReadOptions,
 ) -> Result<BatchColumns> {
-    if n < PARALLEL_READ_UNITS {
+    if n < PARALLEL_READ_UNITS || !second_thread_pays() {
         return read_range(commitlog, cq, start, max, max_msgs, n, opts);
     }
     let mid = start + (n / 2) as i64;
@@ -241,4 +302,18 @@ fn read_range(
     }
     cols.next_offset = next;
     Ok(cols)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runnable_of_loadavg;
+
+    #[test]
+    fn the_runnable_count_of_loadavg() {
+        assert_eq!(runnable_of_loadavg("0.50 0.40 0.30 2/345 6789\n"), Some(2));
+        assert_eq!(runnable_of_loadavg("9.07 8.39 5.86 13/231 29510"), Some(13));
+        assert_eq!(runnable_of_loadavg("0.50 0.40 0.30"), None);
+        assert_eq!(runnable_of_loadavg("0.50 0.40 0.30 x/345 1"), None);
+        assert_eq!(runnable_of_loadavg(""), None);
+    }
 }

@@ -351,9 +351,15 @@ impl BatchColumns {
         );
     }
 
-    /// [`BatchColumns::append`] of every column but the bodies.
-    fn append_except_bodies(&mut self, other: &BatchColumns) {
-        for r in 0..other.rows * usize::from(self.columns.contains(Column::Tags)) {
+    /// The `tags` validity bits of `other` after this batch's.
+    fn append_tags_valid(&mut self, other: &BatchColumns) {
+        if self.rows.is_multiple_of(8) {
+            // The bits of `other` start a byte here: its bytes as they are (the bits past its
+            // last row are 0, as `push_properties` leaves them).
+            self.tags_valid.extend_from_slice(&other.tags_valid);
+            return;
+        }
+        for r in 0..other.rows {
             let row = self.rows + r;
             if row.is_multiple_of(8) {
                 self.tags_valid.push(0);
@@ -361,6 +367,13 @@ impl BatchColumns {
             if other.tags_valid[r / 8] & (1 << (r % 8)) != 0 {
                 self.tags_valid[row / 8] |= 1 << (row % 8);
             }
+        }
+    }
+
+    /// [`BatchColumns::append`] of every column but the bodies.
+    fn append_except_bodies(&mut self, other: &BatchColumns) {
+        if self.columns.contains(Column::Tags) {
+            self.append_tags_valid(other);
         }
         append_offsets(&mut self.topic_offsets, &other.topic_offsets);
         append_offsets(&mut self.tags_offsets, &other.tags_offsets);

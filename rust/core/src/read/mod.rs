@@ -18,7 +18,7 @@ mod mask;
 pub(crate) mod vec_pool;
 
 pub use crate::file::segment_view::SegmentView;
-pub use batch::PARALLEL_READ_UNITS;
+pub use batch::{set_parallel_reads, ParallelReads, PARALLEL_READ_UNITS};
 pub use by_time::TimeBoundary;
 pub use columns::{BatchColumns, BodyBuffer, ColumnVec};
 pub use filter::TagFilter;
