@@ -174,6 +174,22 @@ fn queue_id(queue_id: jint) -> Outcome<i32> {
     Ok(queue_id)
 }
 
+/// The settings a Java caller passes as two arrays, paired (names and values of equal length).
+pub(crate) fn settings(
+    env: &mut JNIEnv<'_>,
+    names: &JObjectArray<'_>,
+    values: &JObjectArray<'_>,
+) -> Outcome<Vec<(String, String)>> {
+    let names = strings(env, names, "setting names")?;
+    let values = strings(env, values, "setting values")?;
+    if names.len() != values.len() {
+        return Err(Failure::Argument(
+            "as many setting values as names are needed".to_owned(),
+        ));
+    }
+    Ok(names.into_iter().zip(values).collect())
+}
+
 /// `long open(String path, String[] settingNames, String[] settingValues)`: a handle on the
 /// store at `path` opened read-only (shared with the process's other handles on it).
 #[no_mangle]
@@ -186,17 +202,7 @@ pub extern "system" fn Java_rmqstore_jni_NativeStore_open<'l>(
 ) -> jlong {
     guard(&mut env, |env| {
         let path = string(env, &path, "path")?;
-        let names = strings(env, &names, "setting names")?;
-        let values = strings(env, &values, "setting values")?;
-        if names.len() != values.len() {
-            return Err(Failure::Argument(
-                "as many setting values as names are needed".to_owned(),
-            ));
-        }
-        Ok(registry::open(
-            &path,
-            names.into_iter().zip(values).collect(),
-        )?)
+        Ok(registry::open(&path, settings(env, &names, &values)?)?)
     })
 }
 

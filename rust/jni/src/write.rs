@@ -27,7 +27,7 @@ use rmqstore_core::format::property;
 use rmqstore_core::{now_millis, Batch, MessageStore};
 
 use crate::staged::{Rows, Staged};
-use crate::{guard, registry, string, strings, Failure, Outcome};
+use crate::{guard, registry, settings, string, Failure, Outcome};
 
 /// Queues a row without queue id is spread over (write.py's `DEFAULT_QUEUES`).
 pub const DEFAULT_QUEUES: u64 = 8;
@@ -63,21 +63,6 @@ fn writer(handle: i64) -> Outcome<Arc<Mutex<Writer>>> {
         .get(&handle)
         .cloned()
         .ok_or_else(|| Failure::Argument(format!("writer {handle} is closed or unknown")))
-}
-
-fn settings(
-    env: &mut JNIEnv<'_>,
-    names: &JObjectArray<'_>,
-    values: &JObjectArray<'_>,
-) -> Outcome<Vec<(String, String)>> {
-    let names = strings(env, names, "setting names")?;
-    let values = strings(env, values, "setting values")?;
-    if names.len() != values.len() {
-        return Err(Failure::Argument(
-            "as many setting values as names are needed".to_owned(),
-        ));
-    }
-    Ok(names.into_iter().zip(values).collect())
 }
 
 fn malformed(m: String) -> Failure {
