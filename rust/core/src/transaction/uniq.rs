@@ -5,8 +5,9 @@
 //! RocketMQ's 4-byte process value is its class loader's identity hash; here it is a random
 //! value drawn per process and per month (drawn again when the month rolls over), so two
 //! processes with the same pid (a restart, or two hosts) differ in it, and one process's ids
-//! of one month never equal its ids of another (the ms field starts again each month). The
-//! counter is one atomic add; the month's start is read from two atomics (a lock only at the
+//! of one month never equal its ids of another (the ms field starts again each month). The ms
+//! field and the counter are taken together in one compare-and-swap, never going back within a
+//! month ([`next_stamp`]); the month's start is read from two atomics (a lock only at the
 //! month's turn). The pid is read again in a forked child.
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
