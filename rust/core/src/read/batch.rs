@@ -25,17 +25,19 @@ pub enum ParallelReads {
     /// When a CPU is idle at the time of the call: fewer threads runnable on the machine
     /// (`/proc/loadavg`, the calling thread included) than CPUs this process may use. A helper
     /// thread that would find no free core only makes the caller wait for it (the join), so
-    /// both sizes of read take the same path at any moment. The default.
+    /// both sizes of read take the same path at any moment.
     Auto,
     /// Always (the tests of the two-thread path use it).
     Always,
-    /// Never: one thread at every size.
+    /// Never: one thread at every size. The default: on a quiet machine the second thread's
+    /// vectors faulted about 138 pages a call at 65,536 rows (CI, test_read_zerocopy), which
+    /// the one-thread read does not.
     Never,
 }
 
-static PARALLEL_READS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+static PARALLEL_READS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
 
-/// Sets, for the whole process, when bulk reads use a second thread ([`ParallelReads::Auto`]
+/// Sets, for the whole process, when bulk reads use a second thread ([`ParallelReads::Never`]
 /// by default). Every policy gives the same rows; only the time differs.
 pub fn set_parallel_reads(policy: ParallelReads) {
     let v = match policy {
