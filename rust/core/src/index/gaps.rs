@@ -71,7 +71,7 @@ impl IndexGap {
 
 /// Removes from `hashes` as many occurrences of each hash as `file` holds entries of it for
 /// the message at `phy_offset`.
-fn remove_indexed(hashes: &mut Vec<i32>, file: &IndexFile, phy_offset: i64) {
+pub(super) fn remove_indexed(hashes: &mut Vec<i32>, file: &IndexFile, phy_offset: i64) {
     let mut distinct = hashes.clone();
     distinct.sort_unstable();
     distinct.dedup();
@@ -85,6 +85,35 @@ fn remove_indexed(hashes: &mut Vec<i32>, file: &IndexFile, phy_offset: i64) {
                 true
             }
         });
+    }
+}
+
+/// Removes from `hashes` what the files of `files` (oldest first) whose range holds
+/// `phy_offset` (from their header's begin to the largest offset they name: in their header,
+/// their last entry, or the end adopted at open) hold for that message, less the files of `skip` (checked by the caller).
+///
+/// A message at the end of one file can continue in several: a file that filled during its
+/// keys, then a gap file (or a file made at resume) holding only the rest, whose range is that
+/// one message. Checking only the file next to a gap counted the keys the others hold as
+/// missing at every open, and wrote them again into a new gap file each time.
+pub(super) fn remove_held_by_files_at(
+    hashes: &mut Vec<i32>,
+    files: &[Arc<IndexFile>],
+    skip: &[Arc<IndexFile>],
+    phy_offset: i64,
+) {
+    for f in files {
+        if hashes.is_empty() {
+            return;
+        }
+        if f.index_count() <= 1
+            || f.begin_phy_offset() > phy_offset
+            || f.max_named_offset().max(f.resume_end().0) < phy_offset
+            || skip.iter().any(|s| Arc::ptr_eq(s, f))
+        {
+            continue;
+        }
+        remove_indexed(hashes, f, phy_offset);
     }
 }
 
@@ -164,26 +193,22 @@ impl IndexService {
             return Ok(0);
         };
         batch.hash_pending();
+        let files = self.files();
         let mut missing: Vec<(i64, i64, Vec<i32>)> = Vec::new();
         let mut start = 0;
         for &(phy, ts, end) in &batch.messages {
             let mut hashes = batch.hashes[start..end].to_vec();
             start = end;
-            if let Some(p) = &gap.prev {
-                if phy == p.end_phy_offset() {
-                    remove_indexed(&mut hashes, p, phy);
-                }
+            // The boundary messages: every trusted file whose range holds them (the file
+            // before the gap, the gap files made at earlier opens, the file after it).
+            if phy == gap.from || phy == gap.to {
+                remove_held_by_files_at(&mut hashes, &files, &gap.held, phy);
             }
             for h in &gap.held {
                 if hashes.is_empty() {
                     break;
                 }
                 remove_indexed(&mut hashes, h, phy);
-            }
-            if let Some(n) = &gap.next {
-                if phy == n.begin_phy_offset() {
-                    remove_indexed(&mut hashes, n, phy);
-                }
             }
             if !hashes.is_empty() {
                 missing.push((phy, ts, hashes));
@@ -468,6 +493,59 @@ mod tests {
         for phy in [190, 200] {
             let r = s.query_offset("T", &format!("k{phy}"), 64, 0, i64::MAX);
             assert_eq!(r.phy_offsets, [phy], "key k{phy}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Message 160 has two keys; the full file before the gap holds its first, so the gap
+    /// (160 to 170) lacks only the second. It is written once, into a gap file whose range is
+    /// message 160 alone, and never again however often the store opens: the boundary message
+    /// is checked against every file that holds part of it. (Checking only the file next to the
+    /// gap, the gap file made at the last open, wrote the first key into a new gap file at
+    /// every open until the nine names ran out.)
+    #[test]
+    fn a_message_cut_by_a_full_file_is_refilled_once_over_many_opens() {
+        let d = tmp("cut");
+        // 100 to 150, then the first key of 160: seven entries, full.
+        let full = IndexFile::create(&d.join("20240101120000100"), SLOTS, ENTRIES, 0, T0).unwrap();
+        for phy in (100..=150).step_by(10) {
+            assert!(full.put_key(&format!("T#k{phy}"), phy, T0 + phy));
+        }
+        assert!(full.put_key("T#k160", 160, T0 + 160));
+        assert!(full.is_write_full());
+        full.flush().unwrap();
+        drop(full);
+        file(&d, "20240101120000200", 160, &[170, 180]);
+        let keyed = || {
+            let mut b = IndexBatch::default();
+            b.add("T", Some("k160 x160"), None, None, 160, T0 + 160, 0);
+            b.add("T", Some("k170"), None, None, 170, T0 + 170, 0);
+            b
+        };
+        for open in 0..12 {
+            let s = IndexService::load(&d, SLOTS, ENTRIES).unwrap();
+            let gaps = s.gaps(100);
+            let written: usize = gaps
+                .iter()
+                .map(|g| {
+                    assert_eq!((g.from, g.to), (160, 170), "open {open}: {g:?}");
+                    s.fill_gap(g, &mut keyed()).unwrap()
+                })
+                .sum();
+            assert_eq!(written, usize::from(open == 0), "open {open}");
+            assert_eq!(
+                s.file_names(),
+                [
+                    "20240101120000100",
+                    "202401011200001001",
+                    "20240101120000200"
+                ],
+                "open {open}"
+            );
+            for key in ["k160", "x160"] {
+                let r = s.query_offset("T", key, 64, 0, i64::MAX);
+                assert_eq!(r.phy_offsets, [160], "open {open}: {key}");
+            }
         }
         let _ = std::fs::remove_dir_all(&d);
     }

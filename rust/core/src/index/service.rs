@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::gaps::remove_held_by_files_at;
 use super::{lock, read_lock, write_lock, IndexBatch, IndexFile, LOG_TARGET};
 use crate::error::{Result, StoreError};
 use crate::format::index::{
@@ -343,8 +344,24 @@ impl IndexService {
                     }
                     let first = if i == 0 { 0 } else { batch.messages[i - 1].2 };
                     // A message the file already indexed is skipped, unless its keys are being
-                    // continued after a roll.
-                    if end > start && (start > first || !file.indexed(phy_offset)) {
+                    // continued after a roll. The message at the index's end, dispatched again
+                    // at resume, may have been cut by a crash between its keys (or between a
+                    // file filling and the next being made): the keys no file holds are put,
+                    // moved to the end of its range.
+                    let put = if end <= start {
+                        false
+                    } else if start > first || !file.indexed(phy_offset) {
+                        true
+                    } else if phy_offset == file.end_phy_offset() {
+                        let mut rest = batch.hashes[start..end].to_vec();
+                        remove_held_by_files_at(&mut rest, &self.files(), &[], phy_offset);
+                        start = end - rest.len();
+                        batch.hashes[start..end].copy_from_slice(&rest);
+                        !rest.is_empty()
+                    } else {
+                        false
+                    };
+                    if put {
                         let keys = &batch.hashes[start..end];
                         let done = writer.put(keys, phy_offset, store_timestamp);
                         if done < keys.len() {
@@ -735,9 +752,19 @@ mod tests {
         // Below the end phy offset: already indexed, skipped.
         s.build_index("T", Some("old"), None, 399, t + 4, 0)
             .unwrap();
-        // Equal to it: that message is already indexed (RocketMQ compares with `<` and would
-        // index it twice).
-        s.build_index("T", Some("same"), None, 400, t + 5, 0)
+        // Equal to it: that message, dispatched again at resume, is already indexed (RocketMQ
+        // compares with `<` and would index it twice); only keys no file holds for it are put
+        // (a crash cut its keys).
+        s.build_index(
+            "T",
+            Some("c"),
+            None,
+            400,
+            t + 3,
+            sysflag::TRANSACTION_COMMIT_TYPE,
+        )
+        .unwrap();
+        s.build_index("T", Some("c cut"), None, 400, t + 3, 0)
             .unwrap();
         let q = |k: &str| s.query_offset("T", k, 64, 0, i64::MAX).phy_offsets;
         assert_eq!(q("a"), vec![100]);
@@ -749,12 +776,58 @@ mod tests {
         assert_eq!(q("p"), vec![300]);
         assert_eq!(q("c"), vec![400]);
         assert!(q("old").is_empty());
-        assert!(q("same").is_empty());
+        assert_eq!(q("cut"), vec![400]);
         assert!(s
             .query_offset("Other", "a", 64, 0, i64::MAX)
             .phy_offsets
             .is_empty());
-        assert_eq!(s.last_file().unwrap().index_count(), 6);
+        assert_eq!(s.last_file().unwrap().index_count(), 7);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A crash after a file filled during a message's keys, before the next file was made (or
+    /// while it was still empty, so it is dropped at open): dispatch resumes at that message,
+    /// the index's end, and puts the keys no file holds into the new file, once; the keys the
+    /// full file holds are not put twice. Reopening after that finds nothing missing.
+    #[test]
+    fn resume_puts_the_keys_a_crash_cut_from_the_last_message() {
+        let d = tmp("cut");
+        let dir = d.join("index");
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = 1_700_000_000_000;
+        // Three entries a file: message 100's keys a0 b0, then a1 of message 200 (b1 cut).
+        let full = IndexFile::create(&dir.join("20240101120000100"), 8, 4, 0, t).unwrap();
+        for (key, phy) in [("T#a0", 100), ("T#b0", 100), ("T#a1", 200)] {
+            assert!(full.put_key(key, phy, t + phy));
+        }
+        assert!(full.is_write_full());
+        drop(full);
+        let keys = |phy: i64| format!("a{} b{}", phy / 100 - 1, phy / 100 - 1);
+        for open in 0..3 {
+            let s = IndexService::load(&dir, 8, 4).unwrap();
+            assert_eq!(s.progress(), Some(if open == 0 { 200 } else { 300 }));
+            let from = s.progress().unwrap();
+            let mut batch = IndexBatch::default();
+            for phy in (from..=300).step_by(100) {
+                batch.add("T", Some(&keys(phy)), None, None, phy, t + phy, 0);
+            }
+            s.build_batch(&mut batch).unwrap();
+            for key in ["a0", "b0"] {
+                assert_eq!(s.query_offset("T", key, 64, 0, i64::MAX).phy_offsets, [100]);
+            }
+            for key in ["a1", "b1"] {
+                let r = s.query_offset("T", key, 64, 0, i64::MAX);
+                assert_eq!(r.phy_offsets, [200], "open {open}: {key}");
+            }
+            for key in ["a2", "b2"] {
+                assert_eq!(s.query_offset("T", key, 64, 0, i64::MAX).phy_offsets, [300]);
+            }
+            // The second file is full after the first open: later opens make a third, empty.
+            let with_entries = s.files().iter().filter(|f| f.index_count() > 1).count();
+            assert_eq!(with_entries, 2, "open {open}");
+            assert_eq!(s.gaps(100).len(), 0, "open {open}");
+            s.flush().unwrap();
+        }
         let _ = std::fs::remove_dir_all(&d);
     }
 
