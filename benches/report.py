@@ -456,17 +456,24 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
     for metric, config in (
         ("tx_check_scan", "default settings"),
         ("tx_check_scan_warm", "warm_mapped_file_enable"),
+        ("tx_check_scan_recycled", "default settings, pages just freed"),
     ):
         tcs = results.get(metric)
         if not tcs:
             continue
         scan = float(tcs["scan_rate"])
+        pages = ""
+        if "fresh_page_us" in tcs:
+            pages = (
+                f"; a fresh page {float(tcs['fresh_page_us']):.1f} us, "
+                f"{float(tcs['page_cpu_us']):.2f} us of pages a half"
+            )
         rows.append(
             Row(
                 f"transactions: check-back scan of {int(tcs['halves']):,} pending halves, no op "
                 f"message, each copied for its check, checker aside, {config} "
                 f"({float(tcs['ratio']):.2f}x put_message of the same messages, "
-                f"{fmt_rate(float(tcs['put_rate']), 'msg/s')})",
+                f"{fmt_rate(float(tcs['put_rate']), 'msg/s')}{pages})",
                 fmt_rate(scan, "msg/s").replace("msg/s", "halves/s"),
                 ">= 1 M halves/s",
                 check(scan, 1_000_000),

@@ -5,9 +5,11 @@ same run."""
 
 from __future__ import annotations
 
+import mmap
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import rmqstore
@@ -88,6 +90,29 @@ def _tx_rate_core(store: rmqstore.MessageStore, msgs: list[Message]) -> float:
         assert r.status is PutMessageStatus.PUT_OK
         assert end(r.wrote_offset, True).ended
     return len(msgs) / (time.perf_counter() - t0)
+
+
+#: The page size the fresh-page probe touches.
+PAGE = 4096
+
+
+def _fresh_page_us(folder: Path, size: int) -> float:
+    """Microseconds to fault in one page of a new file's shared mapping, touched in order by
+    one thread (as an append touches a segment's pages): what the machine makes a store pay
+    for each page of memory it had not used yet. On this VM that is the host's price for
+    memory the guest returned to it (free page reporting): 15-25 µs a page (150-260 MB/s),
+    against 2-5 µs for a page the guest freed a moment ago. The file is deleted after, so its
+    pages are free again, and for a few seconds cheap."""
+    path = folder / "fresh-page-probe"
+    with open(path, "w+b") as f:
+        f.truncate(size)
+        with mmap.mmap(f.fileno(), size) as m:
+            t0 = time.perf_counter()
+            for off in range(0, size, PAGE):
+                m[off] = 1
+            took = time.perf_counter() - t0
+    path.unlink()
+    return took / (size // PAGE) * 1e6
 
 
 def _check_committed(store: rmqstore.MessageStore, n: int) -> None:
@@ -230,8 +255,12 @@ def test_prepare_commit_sync_flush(benchmark, open_store, scaled) -> None:
     )
 
 
-@pytest.mark.parametrize("warm", [False, True], ids=["default", "warm"])
-def test_check_scan(benchmark, open_store, scaled, warm: bool) -> None:
+@pytest.mark.parametrize(
+    ("warm", "recycled"),
+    [(False, False), (True, False), (False, True)],
+    ids=["default", "warm", "recycled"],
+)
+def test_check_scan(benchmark, open_store, scaled, warm: bool, recycled: bool) -> None:
     """``n`` pending halves, no op message: the core's check round walks them all (each
     examined, found unresolved, copied to the half queue for its check-back) in the check
     service's steps, with the checker left out, timed until the walk reports done; the
@@ -240,7 +269,15 @@ def test_check_scan(benchmark, open_store, scaled, warm: bool) -> None:
     ``warm``: both stores with ``warm_mapped_file_enable`` (RocketMQ's
     ``warmMapedFileEnable``): the allocation service pre-faults each new segment, so the
     appending thread does not pay the kernel's zeroing of fresh pages (about 40% of a copy's
-    time without it)."""
+    time without it).
+
+    Every copy is a new record, so the scan writes about 400 bytes of new pages a half
+    (commitlog, consume queue, index): at 1 M halves/s, 100,000 pages a second. Each round
+    also measures what a fresh page costs on the machine (:func:`_fresh_page_us`): after the
+    scan by default (memory as the scan found it), and just before it with ``recycled``, whose
+    probe file, deleted, leaves as many pages just freed, as a broker's machine has them (a
+    full page cache whose old pages are reclaimed for new ones). ``page_cpu_us`` is what the
+    pages of one half cost at that price."""
     store_config = {**STORE, "warm_mapped_file_enable": warm}
     n = scaled(1_000_000, 100_000)
     rounds = scaled(3, 2)
@@ -248,6 +285,8 @@ def test_check_scan(benchmark, open_store, scaled, warm: bool) -> None:
     scan_rates: list[float] = []
     put_rates: list[float] = []
     step_counts: list[int] = []
+    page_us: list[float] = []
+    half_bytes: list[float] = []
 
     def one_round() -> None:
         plain = open_store(**store_config)
@@ -260,6 +299,12 @@ def test_check_scan(benchmark, open_store, scaled, warm: bool) -> None:
             assert store.prepare_message(m).status is PutMessageStatus.PUT_OK
         assert store.wait_dispatched(120)
         time.sleep(0.01)  # every half older than the 1 ms timeout below
+        folder = Path(store.store_path).parent
+        before = store.get_max_phy_offset()
+        # A copy is its half plus one property: a little more than the halves took.
+        probe = -(-before * 5 // 4 // PAGE) * PAGE
+        if recycled:
+            page_us.append(_fresh_page_us(folder, probe))
         core = store._core
         per_step = TransactionCheckService.max_to_check  # the service's own step
         now_ms = time.time_ns() // 1_000_000
@@ -279,13 +324,24 @@ def test_check_scan(benchmark, open_store, scaled, warm: bool) -> None:
         assert copies == n, (copies, n)
         scan_rates.append(n / elapsed)
         step_counts.append(steps)
+        # Commitlog bytes of a copy, and its consume queue entry and two index entries.
+        half_bytes.append((store.get_max_phy_offset() - before) / n + 20 + 2 * 20)
+        if not recycled:
+            page_us.append(_fresh_page_us(folder, probe))
         _drop(store)
 
     benchmark.pedantic(one_round, rounds=rounds, iterations=1)
     ratios = sorted(s / p for s, p in zip(scan_rates, put_rates, strict=True))
+    pages_per_half = _median(half_bytes) / PAGE
     benchmark.extra_info.update(
-        metric="tx_check_scan_warm" if warm else "tx_check_scan",
+        metric="tx_check_scan_warm"
+        if warm
+        else ("tx_check_scan_recycled" if recycled else "tx_check_scan"),
         halves=n,
+        fresh_page_us=_median(page_us),
+        fresh_page_us_all=sorted(page_us),
+        half_bytes=_median(half_bytes),
+        page_cpu_us=pages_per_half * _median(page_us),
         steps=step_counts[0],
         scan_rate=_median(scan_rates),
         scan_rates=sorted(scan_rates),
