@@ -418,7 +418,7 @@ def rounds(tmp_path: Path, kind: str, n: int, seed: int, **overrides: Any) -> Ta
     # makes a gap file (named with an 18th digit) for them.
     index = path / "index"
     names = [p.name for p in index.iterdir()] if index.exists() else []
-    gap_files = sorted(n for n in names if len(n) == 18)
+    gap_files = sorted(name for name in names if len(name) == 18)
     assert not gap_files, gap_files
     tally.committed, tally.rolled_back, tally.acked = committed, rolled_back, len(acked)
     tally.halves = committed + rolled_back
