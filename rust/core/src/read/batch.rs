@@ -240,6 +240,7 @@ fn read_range(
     let codes_are_hashes = cq.topic() != crate::schedule::SCHEDULE_TOPIC;
     let mut scanned = super::row_filter::Scanned::default();
     let mut units = 0usize;
+    let commit_min = if filtered { commitlog.min_offset() } else { 0 };
     cq.scan(start, limit, |u| {
         if cols.rows >= max_rows || (filtered && units >= max_rows) {
             return false;
@@ -250,7 +251,10 @@ fn read_range(
             return true;
         }
         if filter.passes_over(u.tags_code, codes_are_hashes) {
-            scanned.note(u.queue_offset);
+            // Not read: counted as there unless its segment was removed before this read.
+            if u.phy_offset >= commit_min {
+                scanned.note(u.queue_offset);
+            }
             return true;
         }
         let in_file = file.as_ref().is_some_and(|f| {
