@@ -46,7 +46,9 @@ def _messages() -> list[rmqstore.Message]:
     # Delayed (2 h): stored in the schedule topic, whose units hold the delivery time.
     for i in range(6):
         out.append(
-            rmqstore.Message("TopicA", b"late%d" % i, tags=["Aa", "BB", None][i % 3], delay_level=18)
+            rmqstore.Message(
+                "TopicA", b"late%d" % i, tags=["Aa", "BB", None][i % 3], delay_level=18
+            )
         )
     return out
 
@@ -107,7 +109,8 @@ def test_the_fixture_has_what_the_tests_need(store: Path) -> None:
         unit = s.get_message("g", SCHEDULE, qid, 0, 1).messages[0]
     assert unit.tags == "Aa"
     skew = [r[4] for r in rows if r[0] == "Skew"]
-    assert skew == SKEW_TIMES and skew != sorted(skew)
+    assert skew == SKEW_TIMES
+    assert skew != sorted(skew)
 
 
 @pytest.mark.parametrize(
@@ -126,8 +129,10 @@ def test_the_fixture_has_what_the_tests_need(store: Path) -> None:
         ("NOT (tags = 'Aa')", lambda r: r[6] is not None and r[6] != "Aa"),
         ("tags = 'Aa' AND tags IN ('Aa', 'BB')", lambda r: r[6] == "Aa"),
         ("tags = 'Aa' OR tags IS NULL", lambda r: r[6] in ("Aa", None)),
-        ("tags = 'Aa' AND topic = 'TopicA' AND queue_id IN (0, 2)",
-         lambda r: r[6] == "Aa" and r[0] == "TopicA" and r[1] in (0, 2)),
+        (
+            "tags = 'Aa' AND topic = 'TopicA' AND queue_id IN (0, 2)",
+            lambda r: r[6] == "Aa" and r[0] == "TopicA" and r[1] in (0, 2),
+        ),
         (f"topic = '{SCHEDULE}' AND tags = 'Aa'", lambda r: r[0] == SCHEDULE and r[6] == "Aa"),
     ],
 )
@@ -144,7 +149,8 @@ def test_tag_conditions_are_pushed_and_shown(spark: Any, store: Path) -> None:
     # Taken over exactly: Spark evaluates no Filter over the scan.
     assert "Filter (" not in plan, plan
     plan = _plan(df.where("tags IN ('Aa', 'C') AND topic = 'TopicB'"))
-    assert "In(tags, [Aa,C])" in plan and "EqualTo(topic,TopicB)" in plan, plan
+    assert "In(tags, [Aa,C])" in plan, plan
+    assert "EqualTo(topic,TopicB)" in plan, plan
     # The same DataFrame with and without conditions: each its own answer.
     everything = stored_rows(store)
     assert spark_rows(df.where("tags = 'BB'")) == [r for r in everything if r[6] == "BB"]
@@ -182,7 +188,9 @@ def test_conditions_on_store_timestamp_at_exact_bounds(spark: Any, store: Path) 
             lambda r: SKEW_TIMES[1] <= r[4] <= SKEW_TIMES[0],
         ),
     ]:
-        got = _same(spark, store, f"topic = 'Skew' AND {where}", lambda r, k=keep: r[0] == "Skew" and k(r))
+        got = _same(
+            spark, store, f"topic = 'Skew' AND {where}", lambda r, k=keep: r[0] == "Skew" and k(r)
+        )
         assert got
     got = _same(
         spark,
@@ -242,7 +250,8 @@ def test_tasks_prefer_the_drivers_host(spark: Any, store: Path) -> None:
     for p in parts:
         locations = rdd.preferredLocations(p)
         hosts = [locations.apply(i) for i in range(locations.size())]
-        assert len(hosts) == 1 and hosts[0] in executors, (hosts, executors)
+        assert len(hosts) == 1, hosts
+        assert hosts[0] in executors, (hosts, executors)
     assert spark_rows(df) == [r for r in stored_rows(store) if r[6] == "Aa"]
 
 
