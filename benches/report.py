@@ -321,6 +321,21 @@ def build(results: dict[str, dict[str, Any]], quick: bool) -> list[Row]:
                 ratio <= 1.2 / scale,
             )
         )
+    tag = results.get("spark_jvm_tag_filter")
+    if tag:
+        # Issue 21: a tag condition pushed into the core's read against the same count unpushed.
+        speed = float(tag["not_pushed_s"]) / float(tag["pushed_s"])
+        rows.append(
+            Row(
+                f"Spark count of 1 % of {int(tag['messages']):,} messages by tag through the JVM "
+                f"connector, condition pushed vs not ({float(tag['pushed_s']):.2f} s vs "
+                f"{float(tag['not_pushed_s']):.2f} s; a count of every row: "
+                f"{float(tag['count_all_s']):.2f} s)",
+                f"{speed:.2f}x as fast",
+                "(reported)",
+                None,
+            )
+        )
     app = results.get("spark_jvm_append")
     if app:
         # Issue 21: appends through the JVM connector against the Python source, same run.

@@ -22,7 +22,7 @@ use arrow_schema::ffi::FFI_ArrowSchema;
 use jni::objects::{JClass, JLongArray, JObject, JObjectArray, JString};
 use jni::sys::{jboolean, jint, jintArray, jlong, jlongArray, jobject, jobjectArray, JNI_TRUE};
 use jni::JNIEnv;
-use rmqstore_core::read::{BodyLayout, ReadRequest, TimeBoundary};
+use rmqstore_core::read::{BodyLayout, ReadRequest, RowFilter, TimeBoundary};
 use rmqstore_core::StoreError;
 
 /// Why an entry point failed.
@@ -385,61 +385,161 @@ pub extern "system" fn Java_rmqstore_jni_NativeStore_readBatch<'l>(
     out: JLongArray<'l>,
 ) -> jint {
     guard(&mut env, |env| {
-        let topic = string(env, &topic, "topic")?;
-        let qid = queue_id(qid)?;
-        if max_rows <= 0 {
-            return Err(Failure::Argument(format!(
-                "maxRows must be positive, got {max_rows}"
-            )));
-        }
-        if columns & !export::ALL != 0 {
-            return Err(Failure::Argument(format!(
-                "unknown column bits in {columns:#x}"
-            )));
-        }
-        if array == 0 || schema == 0 {
-            return Err(Failure::Argument(
-                "null ArrowArray or ArrowSchema address".to_owned(),
-            ));
-        }
-        if out.is_null() || env.get_array_length(&out)? < 3 {
-            return Err(Failure::Argument("out must hold 3 longs".to_owned()));
-        }
-        let body_view = body_view == JNI_TRUE && columns & export::BODY != 0;
-        let layout = if body_view {
-            BodyLayout::View
-        } else {
-            BodyLayout::Binary
+        let read = Read {
+            handle,
+            offset,
+            max_rows,
+            columns,
+            body_view: body_view == JNI_TRUE,
+            array,
+            schema,
         };
-        let store = registry::store(handle)?;
-        // Only the columns asked for are built (and the queue offsets, for the checks below).
-        let request = ReadRequest {
-            columns: export::core_mask(columns),
-            decompress: None,
-            body: layout,
-        };
-        let batch = store.read_columns(&topic, qid, offset, max_rows as usize, &request)?;
-        let rows = batch.rows;
-        let first = batch.queue_offset.first().copied().unwrap_or(-1);
-        let last = batch.queue_offset.last().copied().unwrap_or(-1);
-        let next = batch.next_offset;
-        if rows > 0 && columns != 0 {
-            // SAFETY: the Java side passes the addresses of an ArrowArray and an ArrowSchema
-            // it allocated and has not filled (NativeStore.readBatch's contract).
-            unsafe {
-                export::export(
-                    batch,
-                    columns,
-                    body_view,
-                    array as *mut FFI_ArrowArray,
-                    schema as *mut FFI_ArrowSchema,
-                )
-            }
-            .map_err(Failure::Argument)?;
-        }
-        env.set_long_array_region(&out, 0, &[next, first, last])?;
-        Ok(rows as jint)
+        read_into(env, &topic, qid, read, &RowFilter::none(), &out, 3)
     })
+}
+
+/// `int readFiltered(long handle, String topic, int queueId, long offset, int maxRows, int
+/// columns, boolean bodyView, boolean byTags, String[] tags, boolean untagged, long minStoreMs,
+/// long maxStoreMs, long arrowArray, long arrowSchema, long[] out)`: `readBatch` of the rows
+/// that meet the conditions (the core's `RowFilter`): with `byTags`, a tag among `tags` (null:
+/// any tag) or, with `untagged`, no tag; a store time within `[minStoreMs, maxStoreMs]`. At most
+/// `maxRows` units are gone over; the rows filtered out are never built. `out` (6 longs)
+/// receives the next offset, the first and last queue offsets of the rows, and the first and
+/// last queue offsets and the count of the units gone over (see `read::Scanned`).
+#[no_mangle]
+pub extern "system" fn Java_rmqstore_jni_NativeStore_readFiltered<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    topic: JString<'l>,
+    qid: jint,
+    offset: jlong,
+    max_rows: jint,
+    columns: jint,
+    body_view: jboolean,
+    by_tags: jboolean,
+    tags: JObjectArray<'l>,
+    untagged: jboolean,
+    min_store_ms: jlong,
+    max_store_ms: jlong,
+    array: jlong,
+    schema: jlong,
+    out: JLongArray<'l>,
+) -> jint {
+    guard(&mut env, |env| {
+        let mut filter = RowFilter::none();
+        if by_tags == JNI_TRUE {
+            let values = if tags.is_null() {
+                None
+            } else {
+                Some(strings(env, &tags, "a tag")?)
+            };
+            filter = filter.with_tags(values.as_deref(), untagged == JNI_TRUE);
+        }
+        if min_store_ms != i64::MIN || max_store_ms != i64::MAX {
+            filter = filter.with_store_time(min_store_ms, max_store_ms);
+        }
+        let read = Read {
+            handle,
+            offset,
+            max_rows,
+            columns,
+            body_view: body_view == JNI_TRUE,
+            array,
+            schema,
+        };
+        read_into(env, &topic, qid, read, &filter, &out, 6)
+    })
+}
+
+/// The arguments of a read that `readBatch` and `readFiltered` share.
+struct Read {
+    handle: jlong,
+    offset: jlong,
+    max_rows: jint,
+    columns: jint,
+    body_view: bool,
+    array: jlong,
+    schema: jlong,
+}
+
+/// `readBatch` / `readFiltered`: `out_len` longs of `out` are filled (3: the next offset and
+/// the rows' first and last queue offsets; 6: and the units gone over).
+fn read_into(
+    env: &mut JNIEnv<'_>,
+    topic: &JString<'_>,
+    qid: jint,
+    read: Read,
+    filter: &RowFilter,
+    out: &JLongArray<'_>,
+    out_len: i32,
+) -> Outcome<jint> {
+    let topic = string(env, topic, "topic")?;
+    let qid = queue_id(qid)?;
+    let Read {
+        handle,
+        offset,
+        max_rows,
+        columns,
+        body_view,
+        array,
+        schema,
+    } = read;
+    if max_rows <= 0 {
+        return Err(Failure::Argument(format!(
+            "maxRows must be positive, got {max_rows}"
+        )));
+    }
+    if columns & !export::ALL != 0 {
+        return Err(Failure::Argument(format!(
+            "unknown column bits in {columns:#x}"
+        )));
+    }
+    if array == 0 || schema == 0 {
+        return Err(Failure::Argument(
+            "null ArrowArray or ArrowSchema address".to_owned(),
+        ));
+    }
+    if out.is_null() || env.get_array_length(out)? < out_len {
+        return Err(Failure::Argument(format!("out must hold {out_len} longs")));
+    }
+    let body_view = body_view && columns & export::BODY != 0;
+    let layout = if body_view {
+        BodyLayout::View
+    } else {
+        BodyLayout::Binary
+    };
+    let store = registry::store(handle)?;
+    // Only the columns asked for are built (and the queue offsets, for the checks below).
+    let request = ReadRequest {
+        columns: export::core_mask(columns),
+        decompress: None,
+        body: layout,
+    };
+    let batch = store.read_filtered(&topic, qid, offset, max_rows as usize, &request, filter)?;
+    let rows = batch.rows;
+    let first = batch.queue_offset.first().copied().unwrap_or(-1);
+    let last = batch.queue_offset.last().copied().unwrap_or(-1);
+    let next = batch.next_offset;
+    let scanned = batch.scanned;
+    if rows > 0 && columns != 0 {
+        // SAFETY: the Java side passes the addresses of an ArrowArray and an ArrowSchema it
+        // allocated and has not filled (NativeStore.readBatch's contract).
+        unsafe {
+            export::export(
+                batch,
+                columns,
+                body_view,
+                array as *mut FFI_ArrowArray,
+                schema as *mut FFI_ArrowSchema,
+            )
+        }
+        .map_err(Failure::Argument)?;
+    }
+    let units = scanned.units as i64;
+    let values = [next, first, last, scanned.first, scanned.last, units];
+    env.set_long_array_region(out, 0, &values[..out_len as usize])?;
+    Ok(rows as jint)
 }
 
 /// `long[] allocations()`: `{exported buffers not yet released, bytes of column vectors they

@@ -10,6 +10,7 @@ use crate::file::segment_view::SegmentView;
 
 use super::columns::{BatchColumns, BodyAt, PropsSplit};
 use super::mask::{Column, ColumnMask};
+use super::row_filter::RowFilter;
 
 /// Most bytes of bodies (and of any other variable column) one bulk read returns, so that the
 /// i32 offsets of the Arrow columns cannot overflow.
@@ -103,25 +104,30 @@ pub(crate) struct ReadOptions {
 /// skipped; a unit whose record is there but damaged (not the unit's message, or a body CRC
 /// mismatch with `check_crc`), or whose body cannot be decompressed, fails the read with a
 /// [`StoreError::CorruptRecord`] naming the segment, the offset and the queue offset. A large
-/// read is built by two threads, each over half of the units, and joined.
+/// read is built by two threads, each over half of the units, and joined. With a `filter`,
+/// the units read are at most `max_msgs` and only the rows it lets through are built
+/// (`BatchColumns::scanned` counts the units gone over).
 pub(crate) fn read_batch(
     commitlog: &CommitLog,
     cq: &ConsumeQueue,
     offset: i64,
     max_msgs: usize,
     opts: ReadOptions,
+    filter: &RowFilter,
 ) -> Result<BatchColumns> {
     let max = cq.max_offset();
     let start = offset.max(cq.min_offset());
     // Any count, however large, asks for at most the rest of the queue.
     let max_msgs_i64 = i64::try_from(max_msgs).unwrap_or(i64::MAX);
     let n = max.saturating_sub(start).clamp(0, max_msgs_i64) as usize;
-    let mut cols = read_halves(commitlog, cq, start, max, max_msgs, n, opts)?;
+    let mut cols = read_halves(commitlog, cq, start, max, max_msgs, n, opts, filter)?;
     cols.finish_views();
     Ok(cols)
 }
 
-/// [`read_batch`] of `n` units from `start` (below `max`): on one thread, or on two when large.
+/// [`read_batch`] of `n` units from `start` (below `max`): on one thread, or on two when large
+/// (unfiltered reads only: a filtered half's rows do not say where it stopped).
+#[allow(clippy::too_many_arguments)]
 fn read_halves(
     commitlog: &CommitLog,
     cq: &ConsumeQueue,
@@ -130,9 +136,13 @@ fn read_halves(
     max_msgs: usize,
     n: usize,
     opts: ReadOptions,
+    filter: &RowFilter,
 ) -> Result<BatchColumns> {
+    if !filter.is_none() {
+        return read_range(commitlog, cq, start, max, max_msgs, n, opts, filter);
+    }
     if n < PARALLEL_READ_UNITS || !second_thread_pays() {
-        return read_range(commitlog, cq, start, max, max_msgs, n, opts);
+        return read_range(commitlog, cq, start, max, max_msgs, n, opts, filter);
     }
     let mid = start + (n / 2) as i64;
     let second_half = || {
@@ -144,13 +154,14 @@ fn read_halves(
             n - n / 2,
             n - n / 2,
             opts,
+            filter,
         )
     };
     let (first, second) = std::thread::scope(|s| {
         let second = std::thread::Builder::new().spawn_scoped(s, second_half);
         // The first half's vectors have room for both, so the join never regrows them (a
         // regrown vector's new pages would be faulted in afresh).
-        let first = read_range(commitlog, cq, start, mid, n / 2, n, opts);
+        let first = read_range(commitlog, cq, start, mid, n / 2, n, opts, filter);
         // No thread could be started: this one reads the second half too.
         let second = match second {
             Ok(j) => j.join().ok(),
@@ -185,7 +196,9 @@ fn read_halves(
 }
 
 /// Reads units `[start, limit)`, at most `max_rows` messages, into vectors with room for the
-/// `room` units from `start` (at least the rows read).
+/// `room` units from `start` (at least the rows read). With a `filter`, at most `max_rows`
+/// units are gone over, and only the rows it lets through are built.
+#[allow(clippy::too_many_arguments)]
 fn read_range(
     commitlog: &CommitLog,
     cq: &ConsumeQueue,
@@ -194,6 +207,7 @@ fn read_range(
     max_rows: usize,
     room: usize,
     opts: ReadOptions,
+    filter: &RowFilter,
 ) -> Result<BatchColumns> {
     let n = limit
         .saturating_sub(start)
@@ -221,12 +235,26 @@ fn read_range(
     let mut view: Option<std::sync::Arc<SegmentView>> = None;
     let mut split = PropsSplit::default();
     let mut failed: Option<StoreError> = None;
+    let filtered = !filter.is_none();
+    // The schedule topic's units hold delivery times, not tag hashes.
+    let codes_are_hashes = cq.topic() != crate::schedule::SCHEDULE_TOPIC;
+    let mut scanned = super::row_filter::Scanned::default();
+    let mut units = 0usize;
+    let commit_min = if filtered { commitlog.min_offset() } else { 0 };
     cq.scan(start, limit, |u| {
-        if cols.rows >= max_rows {
+        if cols.rows >= max_rows || (filtered && units >= max_rows) {
             return false;
         }
+        units += 1;
         next = u.queue_offset + 1;
         if u.is_pre_blank() {
+            return true;
+        }
+        if filter.passes_over(u.tags_code, codes_are_hashes) {
+            // Not read: counted as there unless its segment was removed before this read.
+            if u.phy_offset >= commit_min {
+                scanned.note(u.queue_offset);
+            }
             return true;
         }
         let in_file = file.as_ref().is_some_and(|f| {
@@ -271,6 +299,10 @@ fn read_range(
             )));
             return false;
         }
+        scanned.note(u.queue_offset);
+        if filtered && !filter.matches(&d) {
+            return true;
+        }
         let body_at = if opts.body_view && bodies {
             if view.is_none() {
                 match f.view() {
@@ -303,6 +335,7 @@ fn read_range(
         return Err(e);
     }
     cols.next_offset = next;
+    cols.scanned = scanned;
     Ok(cols)
 }
 

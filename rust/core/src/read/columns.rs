@@ -11,6 +11,7 @@ use crate::file::segment_view::SegmentView;
 
 use super::batch::ReadOptions;
 use super::mask::{Column, ColumnMask};
+use super::row_filter::Scanned;
 use super::vec_pool;
 
 /// Columns of a bulk read, laid out as Arrow buffers (little-endian values and i32 offsets, as
@@ -22,6 +23,8 @@ pub struct BatchColumns {
     pub columns: ColumnMask,
     /// Queue offset after the last unit read (where the next read starts).
     pub next_offset: i64,
+    /// The units gone over whose record was there (see [`Scanned`]).
+    pub scanned: Scanned,
     pub topic_offsets: Vec<i32>,
     pub topic_data: Vec<u8>,
     pub queue_id: Vec<i32>,
@@ -397,6 +400,7 @@ impl BatchColumns {
         self.born_timestamp.extend_from_slice(&other.born_timestamp);
         self.rows += other.rows;
         self.next_offset = other.next_offset;
+        self.scanned = self.scanned.then(other.scanned);
     }
 
     /// Room for `n` rows and `body_bytes` of bodies, in vectors from the pool of dropped
@@ -481,6 +485,7 @@ impl BatchColumns {
                 rows: 0,
                 columns: mask,
                 next_offset: 0,
+                scanned: Scanned::default(),
             }
         });
         let offsets = [

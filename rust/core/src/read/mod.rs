@@ -7,6 +7,7 @@
 //! - `batch.rs`: `read_batch`, a bulk read of one queue (on two threads when large).
 //! - `columns.rs`: the Arrow column vectors a bulk read fills ([`BatchColumns`]).
 //! - `mask.rs`: which columns a bulk read builds ([`ColumnMask`], [`ReadRequest`]).
+//! - `row_filter.rs`: which rows a bulk read builds ([`RowFilter`]: tags, store times).
 //! - `vec_pool.rs`: the column vectors of dropped batches, kept for the next reads.
 
 mod batch;
@@ -15,6 +16,7 @@ mod columns;
 mod filter;
 mod get_message;
 mod mask;
+mod row_filter;
 pub(crate) mod vec_pool;
 
 pub use crate::file::segment_view::SegmentView;
@@ -24,6 +26,7 @@ pub use columns::{BatchColumns, BodyBuffer, ColumnVec};
 pub use filter::TagFilter;
 pub use get_message::{GetMessageResult, GetMessageStatus};
 pub use mask::{Column, ColumnMask, ReadRequest};
+pub use row_filter::{RowFilter, Scanned};
 
 pub(crate) use batch::{read_batch, ReadOptions};
 pub(crate) use columns::VIEW_BUFFER_MAX;

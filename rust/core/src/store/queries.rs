@@ -289,6 +289,23 @@ impl MessageStore {
         max_msgs: usize,
         request: &crate::read::ReadRequest,
     ) -> Result<crate::read::BatchColumns> {
+        let none = crate::read::RowFilter::none();
+        self.read_filtered(topic, queue_id, offset, max_msgs, request, &none)
+    }
+
+    /// [`MessageStore::read_columns`] of the rows `filter` lets through (see
+    /// [`crate::read::RowFilter`]): at most `max_msgs` units are gone over, the rows filtered
+    /// out are never built, and `BatchColumns::scanned` says which units were gone over (the
+    /// next read starts at `next_offset`, whether or not a row was built).
+    pub fn read_filtered(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        offset: i64,
+        max_msgs: usize,
+        request: &crate::read::ReadRequest,
+        filter: &crate::read::RowFilter,
+    ) -> Result<crate::read::BatchColumns> {
         self.with_open(|o| {
             let opts = crate::read::ReadOptions {
                 columns: request.columns,
@@ -300,7 +317,9 @@ impl MessageStore {
                 view_buffer_max: crate::read::VIEW_BUFFER_MAX,
             };
             match self.readable_queue(o, topic, queue_id)? {
-                Some(cq) => crate::read::read_batch(&o.commitlog, &cq, offset, max_msgs, opts),
+                Some(cq) => {
+                    crate::read::read_batch(&o.commitlog, &cq, offset, max_msgs, opts, filter)
+                }
                 None => {
                     let mut empty = crate::read::BatchColumns::empty_of(request.columns);
                     empty.next_offset = offset.max(0);

@@ -103,6 +103,34 @@ public final class NativeStore {
       long[] out);
 
   /**
+   * {@link #readBatch} of the rows that meet the conditions: with {@code byTags}, a tag among
+   * {@code tags} (null: any tag) or, with {@code untagged}, no tag (tags compared as strings;
+   * the consume queue's tag codes only pass units over); a store time (ms) within {@code
+   * [minStoreMs, maxStoreMs]} (Long.MIN_VALUE and Long.MAX_VALUE: no bound). At most {@code
+   * maxRows} units are gone over, and the rows filtered out are never built. {@code out} (6
+   * longs) receives the next offset to read, the first and last queue offsets of the rows
+   * returned (-1 without rows), and the first and last queue offsets and the count of the units
+   * gone over (those whose record was read or passed over by its tag code; units whose record is
+   * gone are not among them).
+   */
+  public static native int readFiltered(
+      long handle,
+      String topic,
+      int queueId,
+      long offset,
+      int maxRows,
+      int columns,
+      boolean bodyView,
+      boolean byTags,
+      String[] tags,
+      boolean untagged,
+      long minStoreMs,
+      long maxStoreMs,
+      long arrowArray,
+      long arrowSchema,
+      long[] out);
+
+  /**
    * {exported Arrow buffers not yet released, bytes of column vectors they hold, stores open,
    * handles open}.
    */

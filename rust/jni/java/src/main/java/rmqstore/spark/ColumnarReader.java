@@ -45,13 +45,16 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
   private final int mask;
   private final BufferAllocator allocator;
   private final StoreHandle store;
-  private final long[] out = new long[3];
+  private final RowConditions conditions;
+  private final long[] out = new long[6];
   private int index;
   private long offset;
   private ColumnarBatch current;
 
-  ColumnarReader(ReadOptions opts, StructType schema, RangesPartition partition) {
+  ColumnarReader(
+      ReadOptions opts, StructType schema, RangesPartition partition, RowConditions conditions) {
     this.opts = opts;
+    this.conditions = conditions;
     this.schema = schema;
     this.ranges = partition.ranges;
     int m = 0;
@@ -106,18 +109,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
       ArrowSchema arrowSchema = ArrowSchema.allocateNew(allocator);
       boolean handedOver = false;
       try {
-        rows =
-            NativeStore.readBatch(
-                store.id,
-                r.topic,
-                r.queueId,
-                offset,
-                max,
-                mask,
-                BODY_VIEW,
-                array.memoryAddress(),
-                arrowSchema.memoryAddress(),
-                out);
+        rows = read(r, max, array, arrowSchema);
         if (rows > 0 && mask != 0) {
           // The import takes both structs over (and closes them, also when it fails).
           handedOver = true;
@@ -132,7 +124,11 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
           arrowSchema.close();
         }
       }
-      if (rows == 0) {
+      // The units gone over: those whose record was read or passed over by its tag code.
+      long units = out[5];
+      long first = out[3];
+      long last = out[4];
+      if (units == 0) {
         if (Planner.readableLow(store.id, r.topic, r.queueId, r.end) > offset) {
           continue; // removed since the check above: reported at the loop's top
         }
@@ -142,10 +138,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                 + offset + " (readable offsets [" + low + ", " + high + ")), planned up to "
                 + r.end);
       }
-      long first = out[1];
-      long last = out[2];
       try {
-        checkOffsets(r, first, last, rows);
+        checkOffsets(r, first, last, units);
       } catch (RuntimeException e) {
         if (root != null) {
           root.close();
@@ -153,6 +147,9 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         throw e;
       }
       offset = last + 1;
+      if (rows == 0) {
+        continue; // every row of these units was filtered out (no columns were exported)
+      }
       current = assemble(r, rows, root);
       return true;
     }
@@ -164,7 +161,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
    * the core, and removed records are always the queue's first ones (units are in commitlog
    * order), so a gap can only precede the batch's first row.
    */
-  private void checkOffsets(QueueRange r, long first, long last, int rows) {
+  private void checkOffsets(QueueRange r, long first, long last, long rows) {
     if (last - first + 1 != rows) {
       throw new RmqStoreException(
           "rmqstore data source: " + r.topic + "/" + r.queueId + ": the read from offset " + offset
@@ -201,6 +198,48 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
       }
     }
     return new ColumnarBatch(columns, rows);
+  }
+
+  /**
+   * Reads from {@code offset} into the C Data structs; {@code out} then holds the next offset,
+   * the rows' first and last offsets, and the first and last offsets and the count of the units
+   * gone over (without conditions, those of the rows).
+   */
+  private int read(QueueRange r, int max, ArrowArray array, ArrowSchema arrowSchema) {
+    if (conditions.isEmpty()) {
+      int rows =
+          NativeStore.readBatch(
+              store.id,
+              r.topic,
+              r.queueId,
+              offset,
+              max,
+              mask,
+              BODY_VIEW,
+              array.memoryAddress(),
+              arrowSchema.memoryAddress(),
+              out);
+      out[3] = out[1];
+      out[4] = out[2];
+      out[5] = rows;
+      return rows;
+    }
+    return NativeStore.readFiltered(
+        store.id,
+        r.topic,
+        r.queueId,
+        offset,
+        max,
+        mask,
+        BODY_VIEW,
+        conditions.byTags(),
+        conditions.tags(),
+        conditions.untagged(),
+        conditions.minMs(),
+        conditions.maxMs(),
+        array.memoryAddress(),
+        arrowSchema.memoryAddress(),
+        out);
   }
 
   @Override

@@ -13,10 +13,12 @@ final class ReaderFactory implements PartitionReaderFactory {
 
   private final ReadOptions opts;
   private final StructType schema;
+  private final RowConditions conditions;
 
-  ReaderFactory(ReadOptions opts, StructType schema) {
+  ReaderFactory(ReadOptions opts, StructType schema, RowConditions conditions) {
     this.opts = opts;
     this.schema = schema;
+    this.conditions = conditions;
   }
 
   @Override
@@ -31,6 +33,6 @@ final class ReaderFactory implements PartitionReaderFactory {
 
   @Override
   public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-    return new ColumnarReader(opts, schema, (RangesPartition) partition);
+    return new ColumnarReader(opts, schema, (RangesPartition) partition, conditions);
   }
 }

@@ -230,7 +230,7 @@ final class RmqMicroBatchStream implements MicroBatchStream, SupportsTriggerAvai
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new ReaderFactory(opts, schema);
+    return new ReaderFactory(opts, schema, new RowConditions());
   }
 
   /**

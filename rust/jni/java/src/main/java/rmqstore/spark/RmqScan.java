@@ -6,6 +6,7 @@ import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.StructType;
 
 /**
@@ -18,14 +19,23 @@ final class RmqScan implements Scan, Batch {
   private final StructType tableSchema;
   private final StructType schema;
   private final QueueFilter filter;
+  private final RowConditions conditions;
+  private final Filter[] pushed;
   private ReadOptions opts;
 
   RmqScan(
-      Map<String, String> options, StructType tableSchema, StructType schema, QueueFilter filter) {
+      Map<String, String> options,
+      StructType tableSchema,
+      StructType schema,
+      QueueFilter filter,
+      RowConditions conditions,
+      Filter[] pushed) {
     this.options = options;
     this.tableSchema = tableSchema;
     this.schema = schema;
     this.filter = filter;
+    this.conditions = conditions;
+    this.pushed = pushed;
   }
 
   private ReadOptions parse(boolean streaming) {
@@ -51,7 +61,7 @@ final class RmqScan implements Scan, Batch {
         + path
         + " ReadSchema: "
         + schema.catalogString()
-        + (filter.isEmpty() ? "" : " PushedFilters: " + filter);
+        + (pushed.length == 0 ? "" : " PushedFilters: " + java.util.Arrays.toString(pushed));
   }
 
   @Override
@@ -72,6 +82,6 @@ final class RmqScan implements Scan, Batch {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new ReaderFactory(opts, schema);
+    return new ReaderFactory(opts, schema, conditions);
   }
 }

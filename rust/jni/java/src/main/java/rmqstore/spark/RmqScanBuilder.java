@@ -12,7 +12,8 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * Builds the scan of the columns the query needs (the others are never built) and of the
- * queues its conditions on topic and queue_id leave (see {@link QueueFilter}).
+ * queues its conditions on topic and queue_id leave (see {@link QueueFilter}), of the rows its
+ * conditions on tags and store_timestamp leave (see {@link RowConditions}).
  */
 final class RmqScanBuilder
     implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters {
@@ -20,6 +21,7 @@ final class RmqScanBuilder
   private final StructType tableSchema;
   private StructType schema;
   private final QueueFilter filter = new QueueFilter();
+  private final RowConditions conditions = new RowConditions();
 
   RmqScanBuilder(Map<String, String> options, StructType schema) {
     this.options = options;
@@ -36,7 +38,7 @@ final class RmqScanBuilder
   public Filter[] pushFilters(Filter[] filters) {
     List<Filter> rest = new ArrayList<>();
     for (Filter f : filters) {
-      if (!filter.take(f)) {
+      if (!filter.take(f) && !conditions.take(f)) {
         rest.add(f);
       }
     }
@@ -45,11 +47,13 @@ final class RmqScanBuilder
 
   @Override
   public Filter[] pushedFilters() {
-    return filter.pushed();
+    List<Filter> all = new ArrayList<>(List.of(filter.pushed()));
+    all.addAll(conditions.pushed());
+    return all.toArray(new Filter[0]);
   }
 
   @Override
   public Scan build() {
-    return new RmqScan(options, tableSchema, schema, filter);
+    return new RmqScan(options, tableSchema, schema, filter, conditions, pushedFilters());
   }
 }
