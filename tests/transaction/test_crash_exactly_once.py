@@ -417,7 +417,9 @@ def rounds(tmp_path: Path, kind: str, n: int, seed: int, **overrides: Any) -> Ta
     # reopen, gets the keys it lacks then, so no open finds keys missing between files and
     # makes a gap file (named with an 18th digit) for them.
     index = path / "index"
-    gap_files = sorted(p.name for p in index.iterdir() if len(p.name) == 18) if index.exists() else []
+    gap_files = (
+        sorted(p.name for p in index.iterdir() if len(p.name) == 18) if index.exists() else []
+    )
     assert not gap_files, gap_files
     tally.committed, tally.rolled_back, tally.acked = committed, rolled_back, len(acked)
     tally.halves = committed + rolled_back
