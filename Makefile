@@ -26,7 +26,8 @@ $(DEPS): requirements-dev.txt | $(BIN)/python
 # Issue 21: the JVM Spark connector (format "rmqstore-jvm", docs/spark-jvm.md): rust/jni's
 # library, built in release and linked by zig against glibc $(MANYLINUX)'s symbols as the wheel's
 # extension is (cargo-zigbuild of requirements-dev.txt, for the target x86_64-unknown-linux-gnu
-# with the glibc version as suffix), inside the jar that Maven builds from rust/jni/java against
+# with the glibc version as suffix; in a target folder of its own, as maturin's zig linker
+# differs and would make each build compile the core again for the other), inside the jar that Maven builds from rust/jni/java against
 # the jars of the PySpark installed in the virtualenv (Java 17; Maven Central the first time,
 # then offline from ~/.m2). The jar goes to python/rmqstore/jars/, and from there into the wheel
 # (pyproject.toml's include); rmqstore.spark.jar_path() finds it beside the installed package
@@ -39,9 +40,9 @@ JNI_GLIBC   := $(subst _,.,$(patsubst manylinux_%,%,$(MANYLINUX)))
 
 $(JAR): $(DEPS) $(JAR_SOURCES)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/cargo-zigbuild zigbuild --release --quiet \
-		-p rmqstore-jni --target $(JNI_TARGET).$(JNI_GLIBC)
+		-p rmqstore-jni --target $(JNI_TARGET).$(JNI_GLIBC) --target-dir target/jni
 	flags="$$($(BIN)/python rust/jni/java/spark_jars.py)" && cd rust/jni/java && \
-		$(MVN) -q -B package $$flags -Dnative.dir="$(abspath target/$(JNI_TARGET)/release)"
+		$(MVN) -q -B package $$flags -Dnative.dir="$(abspath target/jni/$(JNI_TARGET)/release)"
 	mkdir -p $(dir $@)
 	cp rust/jni/java/target/rmqstore-spark.jar $@
 

@@ -10,9 +10,11 @@
 //! point throws `StoreIOException` and nothing read by that call is used. A SIGBUS on any other
 //! thread, or outside a guarded call, goes to the handler that was there before (the JVM's,
 //! which turns a fault in `Unsafe` accesses, such as Arrow Java reading a body that points into
-//! a mapping, into an `InternalError`). The zero page stays in the store's mapping until the
-//! store is closed: later reads of that page find zeros, which the reads' checks (record magic,
-//! sizes, CRC) refuse, so they fail too rather than return bytes the file no longer has.
+//! a mapping, into an `InternalError`; Spark's executor takes that for fatal, which is why the
+//! connector has the core copy bodies unless `binary_view` bodies are asked for). The zero page
+//! stays in the store's mapping until the store is closed: later reads of that page find
+//! zeros, which a commitlog record's checks (magic, size, CRC) refuse; a consume queue page of
+//! zeros reads as units not written yet (not a fault, not stale bytes either).
 
 use std::cell::Cell;
 use std::io;
