@@ -76,8 +76,8 @@ def test_the_wheel_carries_the_jar_with_the_library_and_the_service(jar_bytes: b
 
 def test_the_jni_library_needs_no_glibc_newer_than_the_wheel_tag(jar_bytes: bytes) -> None:
     """zig links it against glibc 2.28's symbols (the Makefile's JNI_GLIBC), as the wheel's
-    extension: a newer version (fstat64@GLIBC_2.33 and the like, when linked against this
-    machine's glibc) would keep the JVM from loading it on the systems the tag promises."""
+    extension: a symbol version newer than the wheel's tag would keep the JVM from loading it
+    on systems the tag promises (System.load fails with "version `GLIBC_2.x' not found")."""
     with zipfile.ZipFile(io.BytesIO(jar_bytes)) as jar:
         library = jar.read(LIBRARY)
     needed = _glibc_versions(library)
