@@ -23,13 +23,39 @@ $(DEPS): requirements-dev.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
+# Issue 21: the JVM Spark connector (format "rmqstore-jvm", docs/spark-jvm.md): rust/jni's
+# library, built in release and linked by zig against glibc $(MANYLINUX)'s symbols as the wheel's
+# extension is (cargo-zigbuild of requirements-dev.txt, for the target x86_64-unknown-linux-gnu
+# with the glibc version as suffix; in a target folder of its own, as maturin's zig linker
+# differs and would make each build compile the core again for the other), inside the jar that Maven builds from rust/jni/java against
+# the jars of the PySpark installed in the virtualenv (Java 17; Maven Central the first time,
+# then offline from ~/.m2). The jar goes to python/rmqstore/jars/, and from there into the wheel
+# (pyproject.toml's include); rmqstore.spark.jar_path() finds it beside the installed package
+# (or where RMQSTORE_SPARK_JAR says).
+JAR         := python/rmqstore/jars/rmqstore-spark.jar
+JAR_SOURCES := $(shell find rust/core rust/jni -type f \( -name '*.rs' -o -name 'Cargo.toml' -o -name '*.java' -o -name 'pom.xml' -o -name 'spark_jars.py' -o -name 'org.apache.*' \) -not -path '*/target/*' 2>/dev/null) Cargo.toml Cargo.lock
+MVN         ?= mvn
+JNI_TARGET  := x86_64-unknown-linux-gnu
+JNI_GLIBC   := $(subst _,.,$(patsubst manylinux_%,%,$(MANYLINUX)))
+
+$(JAR): $(DEPS) $(JAR_SOURCES)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/cargo-zigbuild zigbuild --release --quiet \
+		-p rmqstore-jni --target $(JNI_TARGET).$(JNI_GLIBC) --target-dir target/jni
+	flags="$$($(BIN)/python rust/jni/java/spark_jars.py)" && cd rust/jni/java && \
+		$(MVN) -q -B package $$flags -Dnative.dir="$(abspath target/jni/$(JNI_TARGET)/release)"
+	mkdir -p $(dir $@)
+	cp rust/jni/java/target/rmqstore-spark.jar $@
+
+jar: $(JAR)
+
 # Build the wheel users install and install it into the virtualenv: tests and the demo use the
 # installed package, never the source tree. One abi3 wheel serves CPython 3.11 and later; zig
 # (the ziglang package of requirements-dev.txt, found as `python3 -m ziglang` on PATH) links it
 # against glibc $(MANYLINUX)'s symbols whatever this machine's glibc is; the release profile
 # strips it. The sdist goes beside it (tests/package/test_wheel.py builds a wheel from it alone; the
 # wheel here is built from the tree, so a change to Python files alone needs no Rust rebuild).
-$(WHEEL): $(DEPS) $(SOURCES)
+# The wheel carries the JVM connector's jar (rmqstore/jars/, above), so it is built first.
+$(WHEEL): $(DEPS) $(SOURCES) $(JAR)
 	rm -rf dist
 	$(BIN)/maturin sdist --out dist
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/maturin build --release --quiet --out dist \
@@ -38,24 +64,6 @@ $(WHEEL): $(DEPS) $(SOURCES)
 	touch $@
 
 wheel: $(WHEEL)
-
-# Issue 21: the JVM Spark connector (format "rmqstore-jvm", docs/spark-jvm.md): rust/jni's
-# library, built in release, inside the jar that Maven builds from rust/jni/java against the
-# jars of the PySpark installed in the virtualenv (Java 17; Maven Central the first time, then
-# offline from ~/.m2). The jar goes to python/rmqstore/jars/, which the wheel does not package
-# yet; rmqstore.spark.jar_path() finds it there (or where RMQSTORE_SPARK_JAR says).
-JAR         := python/rmqstore/jars/rmqstore-spark.jar
-JAR_SOURCES := $(shell find rust/core rust/jni -type f \( -name '*.rs' -o -name 'Cargo.toml' -o -name '*.java' -o -name 'pom.xml' -o -name 'spark_jars.py' -o -name 'org.apache.*' \) -not -path '*/target/*' 2>/dev/null) Cargo.toml Cargo.lock
-MVN         ?= mvn
-
-$(JAR): $(DEPS) $(JAR_SOURCES)
-	cargo build --release --quiet -p rmqstore-jni
-	flags="$$($(BIN)/python rust/jni/java/spark_jars.py)" && cd rust/jni/java && \
-		$(MVN) -q -B package $$flags -Dnative.dir="$(abspath target/release)"
-	mkdir -p $(dir $@)
-	cp rust/jni/java/target/rmqstore-spark.jar $@
-
-jar: $(JAR)
 
 demo: $(WHEEL)
 	$(BIN)/python -m rmqstore.demo $(STORE)

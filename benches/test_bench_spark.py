@@ -26,12 +26,10 @@ SEGMENT = 1 << 30
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from rmqstore.spark import JAR_ENV, jar_path, local_session
+    from rmqstore.spark import jar_path, local_session
 
-    # With the JVM connector's jar, for the rmqstore-jvm format: the one `make jar` (a
-    # prerequisite of `make bench`) left in this tree, unless RMQSTORE_SPARK_JAR names one.
-    tree_jar = Path(__file__).resolve().parents[1] / "python/rmqstore/jars/rmqstore-spark.jar"
-    os.environ.setdefault(JAR_ENV, str(tree_jar))
+    # With the JVM connector's jar, for the rmqstore-jvm format: the one the installed wheel
+    # carries, unless RMQSTORE_SPARK_JAR names another.
     session = local_session("rmqstore-bench", jars=[jar_path()])
     yield session
     session.stop()

@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         store.flush()
         spark_report = None
         if not args.no_spark:
-            from .demo_spark import draw_chart, run_pipeline, spark_session
+            from .demo_spark import demo_format, draw_chart, run_pipeline, spark_session
 
             print("  starting a local Spark session (local[2]) ...")
             shutil.rmtree(report_dir, ignore_errors=True)
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                     assert store.wait_dispatched(60)
                     return len(more)
 
-                spark_report = run_pipeline(spark, path, report_dir, burst)
+                spark_report = run_pipeline(spark, path, report_dir, burst, demo_format())
             finally:
                 spark.stop()
             chart = draw_chart(spark_report, report_dir / "volume.png")
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_spark(r: SparkReport) -> None:
     print(
-        f"\n  Spark over the store (format 'rmqstore'): {r.total_messages:,} messages, "
+        f"\n  Spark over the store (format {r.fmt!r}): {r.total_messages:,} messages, "
         f"{r.total_bytes / 1e6:.1f} MB of bodies"
     )
     print("    messages and bytes per topic and tag:")

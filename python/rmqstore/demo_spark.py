@@ -1,7 +1,9 @@
 """The Spark half of the main job (``make demo``): a local Spark pipeline over the store through
-the ``rmqstore`` data source, its results written as Parquet and a PNG chart, and a Structured
-Streaming job (``Trigger.AvailableNow``) that picks up a second burst of messages incrementally
-from its checkpoint."""
+the JVM connector (format ``rmqstore-jvm``, whose jar the wheel carries; the Python source
+``rmqstore`` where there is no jar), its results written as Parquet and a PNG chart, and a
+Structured Streaming job (``Trigger.AvailableNow``) that picks up a second burst of messages
+incrementally from its checkpoint. Both formats give the same report
+(tests/spark/test_demo.py); benches/demo_spark.py times the pipeline with each."""
 
 from __future__ import annotations
 
@@ -12,13 +14,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SparkReport", "draw_chart", "run_pipeline", "spark_session"]
+__all__ = [
+    "JVM_FORMAT",
+    "SparkReport",
+    "demo_format",
+    "draw_chart",
+    "run_pipeline",
+    "spark_session",
+]
+
+#: The JVM connector's format, which the demo reads through when its jar is there.
+JVM_FORMAT = "rmqstore-jvm"
 
 
 @dataclass
 class SparkReport:
     """What the pipeline found, for the printed report."""
 
+    fmt: str = JVM_FORMAT
     total_messages: int = 0
     total_bytes: int = 0
     by_topic_tag: list[tuple[str, str | None, int, int]] = field(default_factory=list)
@@ -32,24 +45,38 @@ class SparkReport:
 
 
 def spark_session(app: str = "rmqstore-demo") -> Any:
-    """A quiet local Spark session (two cores) with the ``rmqstore`` data source registered."""
+    """A quiet local Spark session (two cores) with both formats: the JVM connector's jar (when
+    the installed package has it) and the Python source registered."""
     from .spark import local_session
 
     return local_session(app)
 
 
+def demo_format() -> str:
+    """``rmqstore-jvm`` when the connector's jar is there (the wheel carries it), else the
+    Python source ``rmqstore``."""
+    from .spark import _has_jar
+
+    return JVM_FORMAT if _has_jar() else "rmqstore"
+
+
 def run_pipeline(
-    spark: Any, store_path: Path, report_dir: Path, burst: Callable[[], int]
+    spark: Any,
+    store_path: Path,
+    report_dir: Path,
+    burst: Callable[[], int],
+    fmt: str = JVM_FORMAT,
 ) -> SparkReport:
     """Batch analytics over every message of the store, then the incremental streaming job:
     one AvailableNow run over what is there, ``burst()`` writes more (returning how many), and
-    a second run from the same checkpoint must see exactly those."""
+    a second run from the same checkpoint must see exactly those. ``fmt`` is the source's
+    format: ``rmqstore-jvm`` or ``rmqstore``."""
     from pyspark.sql import functions as F  # noqa: N812 (the usual name)
 
-    out = SparkReport()
+    out = SparkReport(fmt=fmt)
     report_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    df = spark.read.format("rmqstore").load(str(store_path))
+    df = spark.read.format(fmt).load(str(store_path))
     size = F.length("body")
     by_topic_tag = (
         df.groupBy("topic", "tags")
@@ -114,7 +141,7 @@ def run_pipeline(
 
         t0 = time.perf_counter()
         query = (
-            spark.readStream.format("rmqstore")
+            spark.readStream.format(fmt)
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", "400000")
             .load(str(store_path))

@@ -43,9 +43,10 @@ WHEEL_GLIBC = (2, 28)
 ABI3_BASELINE = "3.11"
 EXTENSION = "rmqstore/_rmqstore.abi3.so"
 KiB, MiB = 1024, 1024 * 1024
-#: A stripped extension is about 1.2 MB (the wheel 0.6 MB); with debug info it was 7.4 MB.
+#: A stripped extension is about 1.2 MB (the wheel 0.6 MB without the JVM connector's jar, 2.1 MB
+#: with it: tests/package/test_wheel_jar.py); with debug info the extension was 7.4 MB.
 MAX_EXTENSION_BYTES = 4 * MiB
-MAX_WHEEL_BYTES = 2 * MiB
+MAX_WHEEL_BYTES = 4 * MiB
 #: Libraries an extension for manylinux may load: glibc's own (never libpython: an extension
 #: takes the interpreter's symbols from the process that imports it).
 SYSTEM_LIBRARIES = {

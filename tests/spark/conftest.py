@@ -7,23 +7,16 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-#: The JVM connector's jar as `make jar` (a prerequisite of `make py-test`) leaves it in this
-#: tree; the session loads it when it is there, and tests/spark/test_spark_jvm.py fails when
-#: it is not.
-JVM_JAR = (
-    Path(__file__).resolve().parents[2] / "python" / "rmqstore" / "jars" / "rmqstore-spark.jar"
-)
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A local SparkSession, 2 cores, each task tried twice (``local[2,2]``), with the
-    ``rmqstore`` source registered."""
+    ``rmqstore`` source registered and the JVM connector's jar that the installed wheel
+    carries (``local_session``'s default; tests/spark/test_spark_jvm.py fails without it)."""
     try:
         import pyspark  # noqa: F401
     except ImportError as exc:
@@ -32,12 +25,9 @@ def spark() -> Iterator[Any]:
         pytest.skip("no Java runtime (java on PATH or JAVA_HOME) for the Spark tests")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from rmqstore.spark import JAR_ENV, local_session
+    from rmqstore.spark import local_session
 
-    jars = [str(JVM_JAR)] if JVM_JAR.is_file() else []
-    if jars:
-        os.environ.setdefault(JAR_ENV, str(JVM_JAR))
-    session = local_session("rmqstore-tests", master="local[2,2]", jars=jars)
+    session = local_session("rmqstore-tests", master="local[2,2]")
     gateway = session.sparkContext._gateway
     yield session
     session.stop()

@@ -140,8 +140,9 @@ JAR_ENV = "RMQSTORE_SPARK_JAR"
 def jar_path() -> str:
     """The jar of the JVM connector (format ``rmqstore-jvm``, docs/spark-jvm.md): the file
     ``$RMQSTORE_SPARK_JAR`` names, else ``rmqstore/jars/rmqstore-spark.jar`` beside this
-    package (where ``make jar`` puts it in a source tree). Pass it as ``spark.jars``, or to
-    :func:`local_session`. :class:`FileNotFoundError` when there is none."""
+    package (the wheel carries it there; ``make jar`` puts it there in a source tree). Pass it
+    as ``spark.jars``; :func:`local_session` does. :class:`FileNotFoundError` when there is
+    none (a wheel built from the sdist, which has no Java build)."""
     given = os.environ.get(JAR_ENV)
     path = given or os.path.join(
         os.path.dirname(os.path.dirname(__file__)), "jars", "rmqstore-spark.jar"
@@ -149,17 +150,38 @@ def jar_path() -> str:
     if not os.path.isfile(path):
         where = f"${JAR_ENV} names {path!r}" if given else f"no {path}"
         raise FileNotFoundError(
-            f"the rmqstore JVM connector's jar is missing ({where}): build it with `make jar` "
-            f"in a source tree and set {JAR_ENV} to python/rmqstore/jars/rmqstore-spark.jar"
+            f"the rmqstore JVM connector's jar is missing ({where}): install a wheel built by "
+            f"`make wheel` (it carries the jar), or build it with `make jar` in a source tree "
+            f"and set {JAR_ENV} to python/rmqstore/jars/rmqstore-spark.jar"
         )
     return path
 
 
-def local_session(app: str = "rmqstore", master: str = "local[2]", jars: Sequence[str] = ()) -> Any:
+def _has_jar() -> bool:
+    try:
+        jar_path()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def local_session(
+    app: str = "rmqstore", master: str = "local[2]", jars: Sequence[str] | None = None
+) -> Any:
     """A quiet local SparkSession (UI off, loopback only, UTC, filter pushdown on, few shuffle
-    partitions) with this source registered; its Python workers run this interpreter, so they
-    import this very ``rmqstore``. ``jars`` go to ``spark.jars`` (e.g. :func:`jar_path`, for
-    the ``rmqstore-jvm`` format). For jobs on one machine, tests and benchmarks."""
+    partitions) with both formats: ``rmqstore`` (this Python source, registered) and
+    ``rmqstore-jvm`` (the JVM connector: ``jars`` go to ``spark.jars``, and by default they are
+    ``[jar_path()]`` when that jar exists; ``jars=()`` starts Spark without it). Its Python
+    workers run this interpreter, so they import this very ``rmqstore``. For jobs on one
+    machine, tests and benchmarks::
+
+        spark = local_session()
+        df = spark.read.format("rmqstore-jvm").option("topics", "TopicA").load("/data/store")
+    """
+    if jars is None:
+        # A missing jar named by $RMQSTORE_SPARK_JAR is an error; a missing packaged one only
+        # leaves the Python source.
+        jars = [jar_path()] if os.environ.get(JAR_ENV) or _has_jar() else []
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

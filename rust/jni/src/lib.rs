@@ -3,6 +3,8 @@
 //!
 //! - `registry.rs`: stores opened read-only, one per folder and settings, shared by handles.
 //! - `export.rs`: a bulk read's columns exported through the Arrow C Data Interface.
+//! - `fault.rs`: reads that touch a page of a file truncated under them fail with an error
+//!   instead of a SIGBUS that would end the JVM.
 //! - `write.rs` and `staged.rs`: appends (`rmqstore.jni.NativeWriter`), the staged rows
 //!   received through the Arrow C Data Interface.
 //!
@@ -11,6 +13,7 @@
 //! `rmqstore.jni.RmqStoreException` naming it; nothing unwinds into the JVM.
 
 mod export;
+mod fault;
 mod registry;
 mod staged;
 mod write;
@@ -267,7 +270,8 @@ pub extern "system" fn Java_rmqstore_jni_NativeStore_topics<'l>(
     handle: jlong,
 ) -> jobjectArray {
     guard(&mut env, |env| {
-        let topics = registry::store(handle)?.topics()?;
+        let store = registry::store(handle)?;
+        let topics = fault::guarded(store.root(), || store.topics())?;
         let array =
             env.new_object_array(java_len(topics.len())?, "java/lang/String", JObject::null())?;
         for (i, t) in topics.iter().enumerate() {
@@ -289,7 +293,8 @@ pub extern "system" fn Java_rmqstore_jni_NativeStore_queueIds<'l>(
 ) -> jintArray {
     guard(&mut env, |env| {
         let topic = string(env, &topic, "topic")?;
-        let ids = registry::store(handle)?.queue_ids(&topic)?;
+        let store = registry::store(handle)?;
+        let ids = fault::guarded(store.root(), || store.queue_ids(&topic))?;
         let array = env.new_int_array(java_len(ids.len())?)?;
         env.set_int_array_region(&array, 0, &ids)?;
         Ok(array.into_raw())
@@ -310,11 +315,13 @@ pub extern "system" fn Java_rmqstore_jni_NativeStore_queueOffsets<'l>(
         let topic = string(env, &topic, "topic")?;
         let qid = queue_id(qid)?;
         let store = registry::store(handle)?;
-        let values = [
-            store.min_offset_in_queue(&topic, qid)?,
-            store.max_offset_in_queue(&topic, qid)?,
-            store.min_phy_offset()?,
-        ];
+        let values = fault::guarded(store.root(), || {
+            Ok([
+                store.min_offset_in_queue(&topic, qid)?,
+                store.max_offset_in_queue(&topic, qid)?,
+                store.min_phy_offset()?,
+            ])
+        })?;
         let array = env.new_long_array(3)?;
         env.set_long_array_region(&array, 0, &values)?;
         Ok(array.into_raw())
@@ -335,7 +342,10 @@ pub extern "system" fn Java_rmqstore_jni_NativeStore_commitLogOffset<'l>(
     guard(&mut env, |env| {
         let topic = string(env, &topic, "topic")?;
         let qid = queue_id(qid)?;
-        Ok(registry::store(handle)?.commit_log_offset_in_queue(&topic, qid, queue_offset)?)
+        let store = registry::store(handle)?;
+        Ok(fault::guarded(store.root(), || {
+            store.commit_log_offset_in_queue(&topic, qid, queue_offset)
+        })?)
     })
 }
 
@@ -359,7 +369,10 @@ pub extern "system" fn Java_rmqstore_jni_NativeStore_offsetByTime<'l>(
         } else {
             TimeBoundary::Lower
         };
-        Ok(registry::store(handle)?.offset_in_queue_by_time(&topic, qid, timestamp, boundary)?)
+        let store = registry::store(handle)?;
+        Ok(fault::guarded(store.root(), || {
+            store.offset_in_queue_by_time(&topic, qid, timestamp, boundary)
+        })?)
     })
 }
 
@@ -516,7 +529,10 @@ fn read_into(
         decompress: None,
         body: layout,
     };
-    let batch = store.read_filtered(&topic, qid, offset, max_rows as usize, &request, filter)?;
+    // A page of a file truncated under the read fails it here, before anything is exported.
+    let batch = fault::guarded(store.root(), || {
+        store.read_filtered(&topic, qid, offset, max_rows as usize, &request, filter)
+    })?;
     let rows = batch.rows;
     let first = batch.queue_offset.first().copied().unwrap_or(-1);
     let last = batch.queue_offset.last().copied().unwrap_or(-1);

@@ -36,8 +36,17 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
   static final int BATCH_ROWS = 64 * 1024;
 
   private static final BufferAllocator ROOT = new RootAllocator();
-  /** Whether this Spark's ArrowColumnVector reads binary_view vectors (Spark 4.3 does). */
-  static final boolean BODY_VIEW = readsBinaryView();
+  /**
+   * Whether bodies cross as binary_view vectors pointing into the mapped segments (no copy):
+   * only when asked ({@code -Drmqstore.jni.bodyView=true}) and when this Spark's
+   * ArrowColumnVector reads them (Spark 4.3 does). By default the core copies them into the
+   * batch: Spark then never touches a mapping itself, so a segment truncated under the read
+   * fails the task with the store's StoreIOException (the native reads guard their faults),
+   * where a view read after the truncation faults in Java, an InternalError that Spark takes
+   * for fatal and ends the JVM with.
+   */
+  static final boolean BODY_VIEW =
+      Boolean.getBoolean("rmqstore.jni.bodyView") && readsBinaryView();
 
   private final ReadOptions opts;
   private final StructType schema;
