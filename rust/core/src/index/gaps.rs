@@ -90,7 +90,9 @@ pub(super) fn remove_indexed(hashes: &mut Vec<i32>, file: &IndexFile, phy_offset
 
 /// Removes from `hashes` what the files of `files` (oldest first) whose range holds
 /// `phy_offset` (from their header's begin to the largest offset they name: in their header,
-/// their last entry, or the end adopted at open) hold for that message, less the files of `skip` (checked by the caller).
+/// their last entry, or the end adopted at open) hold for that message, less the files of
+/// `skip` (checked by the caller). Entries are counted, not assumed from a header, so a file
+/// whose header does not describe its entries takes away only what it really holds.
 ///
 /// A message at the end of one file can continue in several: a file that filled during its
 /// keys, then a gap file (or a file made at resume) holding only the rest, whose range is that
@@ -199,8 +201,9 @@ impl IndexService {
         for &(phy, ts, end) in &batch.messages {
             let mut hashes = batch.hashes[start..end].to_vec();
             start = end;
-            // The boundary messages: every trusted file whose range holds them (the file
-            // before the gap, the gap files made at earlier opens, the file after it).
+            // The boundary messages: every file whose range holds them (the file before the
+            // gap, the gap files made at earlier opens, the file after it); the gap's held
+            // files are checked below, for every message.
             if phy == gap.from || phy == gap.to {
                 remove_held_by_files_at(&mut hashes, &files, &gap.held, phy);
             }
