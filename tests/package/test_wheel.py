@@ -34,7 +34,6 @@ from elftools.elf.elffile import ELFFile
 from packaging.utils import parse_wheel_filename
 
 REPO = Path(__file__).resolve().parents[2]
-DIST = REPO / "dist"
 BIN = Path(sys.executable).parent
 
 TAG = "cp311-abi3-manylinux_2_28_x86_64"
@@ -104,22 +103,6 @@ SMOKE = textwrap.dedent(
     print("smoke ok", sys.version_info[:3], rmqstore.__version__)
     """
 )
-
-
-def _one(pattern: str) -> Path:
-    found = sorted(DIST.glob(pattern))
-    assert len(found) == 1, f"`make wheel` builds exactly one {pattern} into {DIST}: {found}"
-    return found[0]
-
-
-@pytest.fixture(scope="module")
-def wheel() -> Path:
-    return _one("rmqstore-*.whl")
-
-
-@pytest.fixture(scope="module")
-def sdist() -> Path:
-    return _one("rmqstore-*.tar.gz")
 
 
 @pytest.fixture(scope="module")

@@ -22,24 +22,11 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
 
-REPO = Path(__file__).resolve().parents[2]
-DIST = REPO / "dist"
 JAR_ENTRY = "rmqstore/jars/rmqstore-spark.jar"
 LIBRARY = "rmqstore/native/linux-x86_64/librmqstore_jni.so"
 SERVICES = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
 #: The glibc the wheel's tag claims (tests/package/test_wheel.py checks the tag itself).
 WHEEL_GLIBC = (2, 28)
-
-
-def _one(pattern: str) -> Path:
-    found = sorted(DIST.glob(pattern))
-    assert len(found) == 1, f"`make wheel` builds exactly one {pattern} into {DIST}: {found}"
-    return found[0]
-
-
-@pytest.fixture(scope="module")
-def wheel() -> Path:
-    return _one("rmqstore-*.whl")
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +72,8 @@ def test_the_jni_library_needs_no_glibc_newer_than_the_wheel_tag(jar_bytes: byte
     assert max(needed) <= WHEEL_GLIBC, sorted(needed)
 
 
-def test_the_sdist_has_no_jar() -> None:
-    with tarfile.open(_one("rmqstore-*.tar.gz")) as tar:
+def test_the_sdist_has_no_jar(sdist: Path) -> None:
+    with tarfile.open(sdist) as tar:
         assert not [n for n in tar.getnames() if n.endswith(".jar")]
 
 
