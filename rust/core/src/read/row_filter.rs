@@ -21,8 +21,8 @@ use crate::util::java_hash;
 /// a message without a tag matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct TagCondition {
-    /// Tag values as UTF-8 bytes, none empty (the `tags` column is never an empty string).
-    values: Option<Vec<Vec<u8>>>,
+    /// Tag values, none empty (the `tags` column is never an empty string).
+    values: Option<Vec<String>>,
     /// Their codes, sorted.
     codes: Vec<i32>,
     /// Whether a message without a tag matches.
@@ -100,10 +100,10 @@ impl RowFilter {
     /// never empty: an empty `TAGS` value is no tag).
     #[must_use]
     pub fn with_tags<S: AsRef<str>>(mut self, values: Option<&[S]>, untagged: bool) -> RowFilter {
-        let values: Option<Vec<Vec<u8>>> = values.map(|v| {
-            let mut out: Vec<Vec<u8>> = v
+        let values: Option<Vec<String>> = values.map(|v| {
+            let mut out: Vec<String> = v
                 .iter()
-                .map(|s| s.as_ref().as_bytes().to_vec())
+                .map(|s| s.as_ref().to_owned())
                 .filter(|s| !s.is_empty())
                 .collect();
             out.sort();
@@ -120,11 +120,7 @@ impl RowFilter {
                 (values, have.untagged && untagged)
             }
         };
-        let mut codes: Vec<i32> = values
-            .iter()
-            .flatten()
-            .map(|v| java_hash(&String::from_utf8_lossy(v)))
-            .collect();
+        let mut codes: Vec<i32> = values.iter().flatten().map(|v| java_hash(v)).collect();
         codes.sort_unstable();
         codes.dedup();
         self.tags = Some(TagCondition {
@@ -182,7 +178,10 @@ impl RowFilter {
         let Some(t) = &self.tags else { return true };
         match record_tag(d.properties) {
             None => t.untagged,
-            Some(tag) => t.values.as_ref().is_none_or(|v| v.iter().any(|x| x == tag)),
+            Some(tag) => t
+                .values
+                .as_ref()
+                .is_none_or(|v| v.iter().any(|x| x.as_bytes() == tag)),
         }
     }
 }
@@ -263,7 +262,7 @@ mod tests {
         assert_eq!(
             f.tags,
             Some(TagCondition {
-                values: Some(vec![b"B".to_vec()]),
+                values: Some(vec!["B".to_owned()]),
                 codes: vec![java_hash("B")],
                 untagged: false,
             })
